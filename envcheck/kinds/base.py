@@ -1,0 +1,111 @@
+"""The probe contract: one small class per kind, ``check(ctx) -> Verdict``.
+
+Timing, the image digest, the spec hash and exception capture live here once, so a kind
+only says what it checks. envcheck's own failures become ``Status.ERROR``, never ``fail``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from envcheck.catalogue import Environment
+from envcheck.errors import InfraError, SandboxStartFailed
+from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
+
+__all__ = ["Probe", "ProbeContext", "Verdict"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: Status
+    reason: Reason
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+    evidence: tuple[CommandEvidence, ...] = ()
+
+
+class ProbeContext:
+    """What a probe may use for one environment in one check cycle.
+
+    Read-only probes share one container (``sandbox()``); probes that change state ask for
+    ``fresh_sandbox()`` per phase. Every container is removed when the cycle's stack closes.
+    """
+
+    def __init__(self, env: Environment, run_id: str, runtime: SandboxRuntime,
+                 image_digest: str | None, stack: ExitStack) -> None:
+        self.env = env
+        self.run_id = run_id
+        self.runtime = runtime
+        self.image_digest = image_digest
+        self._stack = stack
+        self._shared: Sandbox | None = None
+
+    def spec(self) -> SandboxSpec:
+        return SandboxSpec(env_id=self.env.id, image=self.env.image, run_id=self.run_id,
+                           limits=self.env.limits, start_timeout_s=self.env.timeouts.start_s)
+
+    def sandbox(self) -> Sandbox:
+        if self._shared is None:
+            self._shared = self._stack.enter_context(self.runtime.sandbox(self.spec()))
+        return self._shared
+
+    @contextmanager
+    def fresh_sandbox(self) -> Iterator[Sandbox]:
+        with self.runtime.sandbox(self.spec()) as sandbox:
+            yield sandbox
+
+
+class Probe(ABC):
+    kind: ClassVar[ProbeKind]
+
+    def applies(self, env: Environment) -> bool:
+        """False when the environment declares nothing for this kind (result: skip)."""
+        return True
+
+    @abstractmethod
+    def check(self, ctx: ProbeContext) -> Verdict: ...
+
+    def run(self, ctx: ProbeContext) -> ProbeResult:
+        started = time.monotonic()
+        try:
+            if not self.applies(ctx.env):
+                verdict = Verdict(Status.SKIP, Reason.NOT_APPLICABLE,
+                                  f"{ctx.env.id} declares no {self.kind} checks")
+            else:
+                verdict = self.check(ctx)
+        except SandboxStartFailed as exc:
+            verdict = Verdict(Status.FAIL, Reason.CONTAINER_START_FAILED,
+                              f"container did not start: {exc}")
+        except InfraError as exc:
+            verdict = Verdict(Status.ERROR, exc.reason, str(exc))
+        except MemoryError:
+            verdict = Verdict(Status.ERROR, Reason.CHECKER_OOM, "envcheck ran out of memory")
+        except Exception as exc:  # a bug in envcheck must not read as a broken environment
+            log.exception("probe %s crashed on %s", self.kind, ctx.env.id)
+            verdict = Verdict(Status.ERROR, Reason.CHECKER_CRASHED,
+                              f"envcheck failed: {type(exc).__name__}: {exc}")
+        return self.result(ctx.env, verdict, time.monotonic() - started, ctx.image_digest)
+
+    def result(self, env: Environment, verdict: Verdict, duration_s: float,
+               image_digest: str | None) -> ProbeResult:
+        return ProbeResult(
+            env_id=env.id,
+            kind=self.kind,
+            status=verdict.status,
+            reason=verdict.reason,
+            summary=verdict.summary,
+            duration_s=duration_s,
+            image_digest=image_digest,
+            spec_hash=env.spec_hash(self.kind),
+            evidence=verdict.evidence,
+            details=verdict.details,
+        )

@@ -1,0 +1,186 @@
+"""The sandbox interface probe kinds program against, and bounded command output.
+
+A runtime owns the engine; a sandbox is one running container of one environment for one
+check cycle. Everything that can hang has a deadline; everything that can flood is capped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from envcheck.catalogue import Limits
+from envcheck.results import CommandEvidence
+
+__all__ = [
+    "CappedOutput",
+    "ExecResult",
+    "Sandbox",
+    "SandboxRuntime",
+    "SandboxSpec",
+    "TtySession",
+]
+
+
+class CappedOutput:
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest.
+
+    Memory stays bounded whatever a command prints.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._half = max(limit // 2, 1)
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._half - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self._tail.append(data)
+        self._tail_len += len(data)
+        while self._tail_len - len(self._tail[0]) >= self._half:
+            self._tail_len -= len(self._tail.popleft())
+
+    @property
+    def head(self) -> bytes:
+        return bytes(self._head)
+
+    @property
+    def tail(self) -> bytes:
+        return b"".join(self._tail)[-self._half :]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._head) + len(self.tail)
+
+    def text(self) -> str:
+        """Everything kept, as text; a marker stands where bytes were dropped."""
+        head = self.head.decode("utf-8", "replace")
+        if not self.truncated:
+            return head + self.tail.decode("utf-8", "replace")
+        dropped = self.total - len(self._head) - len(self.tail)
+        return f"{head}\n[... {dropped} bytes dropped ...]\n{self.tail.decode('utf-8', 'replace')}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    command: str
+    exit_code: int | None
+    output: CappedOutput
+    duration_s: float
+    first_output_s: float | None = None
+    timed_out: bool = False
+    flooded: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.output.text()
+
+    def evidence(self, label: str | None = None) -> CommandEvidence:
+        head = self.output.head.decode("utf-8", "replace")
+        tail = self.output.tail.decode("utf-8", "replace") if self.output.truncated else ""
+        return CommandEvidence(
+            command=label or self.command,
+            exit_code=self.exit_code,
+            duration_s=round(self.duration_s, 4),
+            output_head=head,
+            output_tail=tail,
+            output_bytes=self.output.total,
+            truncated=self.output.truncated,
+            timed_out=self.timed_out,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    env_id: str
+    image: str
+    run_id: str
+    limits: Limits = field(default_factory=Limits)
+    start_timeout_s: float = 20.0
+
+
+class TtySession(Protocol):
+    """An interactive command on a pseudo-terminal, driven as a tmux-based agent would."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def read_until(self, marker: bytes, timeout_s: float) -> bool:
+        """Read until ``marker`` has been seen or the timeout passes; True if seen."""
+        ...
+
+    @property
+    def transcript(self) -> CappedOutput: ...
+
+
+class Sandbox(Protocol):
+    @property
+    def container_id(self) -> str: ...
+
+    @property
+    def start_duration_s(self) -> float: ...
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+        output_limit: int = 64 * 1024,
+    ) -> ExecResult: ...
+
+    def tty(self, argv: Sequence[str], *, user: str | None = None,
+            env: dict[str, str] | None = None) -> AbstractContextManager[TtySession]: ...
+
+    def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None: ...
+
+
+class SandboxRuntime(Protocol):
+    def ping(self) -> None:
+        """Raise :class:`~envcheck.errors.EngineUnreachable` if the engine does not answer."""
+
+    def image_digest(self, image: str) -> str:
+        """The image's content digest; raise ``ImageMissing`` if it is not on the host."""
+        ...
+
+    def sandbox(self, spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
+        """Start a hardened container for ``spec`` and remove it on exit, whatever happens."""
+        ...
+
+    def reap(self) -> int:
+        """Remove envcheck's containers left by processes that no longer run."""
+        ...
+
+
+class Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.start = time.monotonic()
+        self.end = self.start + seconds
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+
+def iter_lines(text: str) -> Iterator[list[str]]:
+    for line in text.splitlines():
+        parts = line.strip().split()
+        if parts:
+            yield parts

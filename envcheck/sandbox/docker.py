@@ -1,0 +1,369 @@
+"""Sandbox runtime on the docker SDK: hardened containers, deadlines on every call, no leaks.
+
+docker and requests errors are translated into envcheck's tree here and nowhere else.
+
+A command that outlives its timeout (or floods past the hard output limit) takes its
+container down with it: killing the container is the one kill that reaches every descendant
+of the command, whatever the image holds. The next command starts the container again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from envcheck.errors import (
+    EngineUnreachable,
+    ImageMissing,
+    SandboxFailed,
+    SandboxStartFailed,
+)
+from envcheck.sandbox.base import CappedOutput, Deadline, ExecResult, SandboxSpec
+
+__all__ = ["LABEL_MANAGED", "DockerRuntime", "DockerSandbox"]
+
+log = logging.getLogger(__name__)
+
+LABEL_MANAGED = "org.envcheck.managed"
+LABEL_RUN = "org.envcheck.run"
+LABEL_ENV = "org.envcheck.env"
+LABEL_OWNER = "org.envcheck.owner"
+# Keeps the container alive for its cycle; docker-init reaps zombies and forwards signals.
+KEEPALIVE = ["sleep", "infinity"]
+FLOOD_LIMIT = 256 * 1024 * 1024
+_RECV = 64 * 1024
+
+
+def _process_token(pid: int) -> str | None:
+    """host:pid:start-time: names one process, immune to pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+@contextmanager
+def _engine_errors(image: str | None = None) -> Iterator[None]:
+    """The boundary: docker/requests exceptions in, envcheck exceptions out."""
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise ImageMissing(f"image {image!r} is not on this host") from exc
+    except docker.errors.APIError as exc:
+        if exc.status_code is not None and exc.status_code >= 500 and "OCI runtime" in str(exc):
+            raise SandboxStartFailed(exc.explanation or str(exc)) from exc
+        raise SandboxFailed(f"Docker engine refused: {exc.explanation or exc}") from exc
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        raise EngineUnreachable(f"Docker engine unreachable: {exc}") from exc
+
+
+def _raw_socket(sock: Any) -> Any:
+    return getattr(sock, "_sock", sock)
+
+
+class DockerRuntime:
+    def __init__(self, client: docker.DockerClient, *, flood_limit: int = FLOOD_LIMIT) -> None:
+        self._client = client
+        self._flood_limit = flood_limit
+        self._owner = _process_token(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}"
+
+    @classmethod
+    def from_env(cls, timeout_s: float = 30.0) -> DockerRuntime:
+        """Connect as the docker CLI would (DOCKER_HOST, contexts); fail fast if down."""
+        with _engine_errors():
+            client = docker.from_env(timeout=int(timeout_s))
+            client.ping()
+        return cls(client)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def ping(self) -> None:
+        with _engine_errors():
+            self._client.ping()
+
+    def image_digest(self, image: str) -> str:
+        with _engine_errors(image):
+            return str(self._client.images.get(image).id)
+
+    @contextmanager
+    def sandbox(self, spec: SandboxSpec) -> Iterator[DockerSandbox]:
+        container = None
+        try:
+            with _engine_errors(spec.image):
+                container = self._client.containers.create(**self._create_args(spec))
+            started = time.monotonic()
+            with _engine_errors(spec.image):
+                container.start()
+                container.reload()
+            duration = time.monotonic() - started
+            if container.status != "running":
+                logs = container.logs(tail=20).decode("utf-8", "replace")
+                raise SandboxStartFailed(f"container exited at once: {logs.strip()}", duration)
+            yield DockerSandbox(self._client, container, duration, self._flood_limit)
+        except SandboxStartFailed as exc:
+            if not exc.duration_s and container is not None:
+                exc.duration_s = 0.0
+            raise
+        finally:
+            if container is not None:
+                self._remove(container.id)
+
+    def _create_args(self, spec: SandboxSpec) -> dict[str, Any]:
+        limits = spec.limits
+        return {
+            "image": spec.image,
+            "entrypoint": KEEPALIVE[:1],
+            "command": KEEPALIVE[1:],
+            "init": True,
+            "detach": True,
+            "network_mode": "none",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            "pids_limit": limits.pids,
+            "mem_limit": f"{limits.memory_mb}m",
+            "memswap_limit": f"{limits.memory_mb}m",
+            "nano_cpus": int(limits.cpus * 1e9),
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
+            "hostname": "sandbox",
+            "labels": {
+                LABEL_MANAGED: "true",
+                LABEL_RUN: spec.run_id,
+                LABEL_ENV: spec.env_id,
+                LABEL_OWNER: self._owner,
+            },
+        }
+
+    def _remove(self, container_id: str) -> None:
+        for attempt in range(3):
+            try:
+                self._client.api.remove_container(container_id, force=True, v=True)
+                return
+            except docker.errors.NotFound:
+                return
+            except (docker.errors.DockerException, requests.RequestException) as exc:
+                log.warning("removing container %s failed (try %d): %s", container_id[:12],
+                            attempt + 1, exc)
+                time.sleep(0.5 * (attempt + 1))
+        log.error("container %s left behind; the next start reaps it", container_id[:12])
+
+    def reap(self) -> int:
+        """Remove envcheck containers whose owning process is gone (crashed or killed)."""
+        reaped = 0
+        with _engine_errors():
+            found = self._client.api.containers(all=True, filters={"label": LABEL_MANAGED})
+        for info in found:
+            owner = info.get("Labels", {}).get(LABEL_OWNER, "")
+            host, _, rest = owner.partition(":")
+            pid = rest.split(":", 1)[0]
+            if host == socket.gethostname() and pid.isdigit():
+                if _process_token(int(pid)) == owner:
+                    continue  # its process still runs: in-flight work, not a leftover
+            elif host != socket.gethostname():
+                continue  # another host's client shares this engine
+            self._remove(info["Id"])
+            reaped += 1
+        if reaped:
+            log.info("reaped %d leftover envcheck container(s)", reaped)
+        return reaped
+
+    def containers(self) -> list[str]:
+        """Ids of every envcheck-managed container on the engine (for tests and health)."""
+        with _engine_errors():
+            found = self._client.api.containers(all=True, filters={"label": LABEL_MANAGED})
+        return [str(info["Id"]) for info in found]
+
+
+class DockerSandbox:
+    def __init__(self, client: docker.DockerClient, container: Any, start_duration_s: float,
+                 flood_limit: int) -> None:
+        self._api = client.api
+        self._container = container
+        self._start_duration_s = start_duration_s
+        self._flood_limit = flood_limit
+        self._killed = False
+
+    @property
+    def container_id(self) -> str:
+        return str(self._container.id)
+
+    @property
+    def start_duration_s(self) -> float:
+        return self._start_duration_s
+
+    def _ensure_running(self) -> None:
+        if self._killed:
+            with _engine_errors():
+                self._api.start(self.container_id)
+            self._killed = False
+
+    def _kill(self) -> None:
+        self._killed = True
+        try:
+            with _engine_errors():
+                self._api.kill(self.container_id)
+                self._api.wait(self.container_id, timeout=30)
+        except (EngineUnreachable, SandboxFailed, requests.RequestException) as exc:
+            log.warning("killing container %s: %s", self.container_id[:12], exc)
+
+    def _kill_draining(self, raw: Any) -> None:
+        """Kill while still reading: the engine will not stop a container whose exec output
+        it cannot deliver, so an unread stream would stall the kill."""
+
+        def drain() -> None:
+            raw.settimeout(1.0)
+            with suppress(OSError):
+                while raw.recv(_RECV):
+                    pass
+
+        drainer = threading.Thread(target=drain, name="envcheck-drain", daemon=True)
+        drainer.start()
+        self._kill()
+        drainer.join(timeout=5.0)
+
+    def _open(self, argv: Sequence[str], user: str | None, env: dict[str, str] | None,
+              tty: bool) -> tuple[str, Any]:
+        self._ensure_running()
+        with _engine_errors():
+            exec_id = self._api.exec_create(self.container_id, list(argv), stdin=tty, tty=tty,
+                                            user=user or "", environment=env)["Id"]
+            sock = self._api.exec_start(exec_id, socket=True, tty=tty)
+        return exec_id, sock
+
+    def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
+             env: dict[str, str] | None = None, output_limit: int = 64 * 1024) -> ExecResult:
+        deadline = Deadline(timeout_s)
+        exec_id, sock = self._open(argv, user, env, tty=False)
+        raw = _raw_socket(sock)
+        output = CappedOutput(output_limit)
+        frames = bytearray()
+        first: float | None = None
+        timed_out = flooded = False
+        try:
+            while True:
+                remaining = deadline.remaining()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                raw.settimeout(min(remaining, 5.0))
+                try:
+                    chunk = raw.recv(_RECV)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                if first is None:
+                    first = deadline.elapsed()
+                frames += chunk
+                _drain_frames(frames, output)
+                if output.total > self._flood_limit:
+                    flooded = True
+                    break
+            if timed_out or flooded:
+                self._kill_draining(raw)
+        except OSError as exc:
+            raise EngineUnreachable(f"lost the exec stream: {exc}") from exc
+        finally:
+            sock.close()
+        return ExecResult(
+            command=" ".join(argv),
+            exit_code=None if timed_out else self._exit_code(exec_id),
+            output=output,
+            duration_s=deadline.elapsed(),
+            first_output_s=first,
+            timed_out=timed_out,
+            flooded=flooded,
+        )
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        # The stream ends a moment before the engine records the exit code.
+        for _ in range(50):
+            with _engine_errors():
+                info = self._api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                code = info.get("ExitCode")
+                return int(code) if code is not None else None
+            time.sleep(0.02)
+        return None
+
+    @contextmanager
+    def tty(self, argv: Sequence[str], *, user: str | None = None,
+            env: dict[str, str] | None = None) -> Iterator[DockerTty]:
+        _, sock = self._open(argv, user, env, tty=True)
+        session = DockerTty(_raw_socket(sock))
+        try:
+            yield session
+        finally:
+            sock.close()
+
+    def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        import io
+        import tarfile
+
+        directory, _, name = path.rpartition("/")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(content), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(content))
+        self._ensure_running()
+        with _engine_errors():
+            self._api.put_archive(self.container_id, directory or "/", buf.getvalue())
+
+
+def _drain_frames(frames: bytearray, output: CappedOutput) -> None:
+    """Docker multiplexes stdout/stderr as frames: 1 byte stream, 3 pad, 4 size, payload."""
+    while len(frames) >= 8:
+        size = int.from_bytes(frames[4:8], "big")
+        if len(frames) < 8 + size:
+            return
+        output.feed(bytes(frames[8 : 8 + size]))
+        del frames[: 8 + size]
+
+
+class DockerTty:
+    def __init__(self, raw: Any, limit: int = 64 * 1024) -> None:
+        self._raw = raw
+        self._seen = bytearray()
+        self._transcript = CappedOutput(limit)
+
+    @property
+    def transcript(self) -> CappedOutput:
+        return self._transcript
+
+    def send(self, data: bytes) -> None:
+        self._raw.settimeout(5.0)
+        self._raw.sendall(data)
+
+    def read_until(self, marker: bytes, timeout_s: float) -> bool:
+        deadline = Deadline(timeout_s)
+        while marker not in self._seen:
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                return False
+            self._raw.settimeout(min(remaining, 1.0))
+            try:
+                chunk = self._raw.recv(_RECV)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return marker in self._seen
+            self._transcript.feed(chunk)
+            # keep a bounded window to search in
+            self._seen = (self._seen + chunk)[-(256 * 1024) :]
+        return True
+
+    def seen(self) -> bytes:
+        return bytes(self._seen)

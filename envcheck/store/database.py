@@ -1,0 +1,128 @@
+"""Database URLs, engines and migrations: everything backend-specific lives here.
+
+SQLite is the embedded default; PostgreSQL is for fleets. Connection failures surface as one
+:class:`~envcheck.errors.StoreError` whose message never contains the URL's password.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from envcheck.errors import StoreError
+
+__all__ = ["create_store_engine", "default_database_url", "migrate", "normalise_url", "redact"]
+
+URL_ENV = "ENVCHECK_DATABASE_URL"
+DATA_DIR_ENV = "ENVCHECK_DATA_DIR"
+SQLITE_BUSY_TIMEOUT_MS = 5000
+PG_CONNECT_TIMEOUT_S = 5
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Any constant will do: it only has to be the same in every envcheck process.
+_PG_MIGRATION_LOCK = 0x656E76636865636B  # "envcheck"
+
+
+def data_dir() -> Path:
+    """Where envcheck keeps local state; created on first use."""
+    explicit = os.environ.get(DATA_DIR_ENV)
+    if explicit:
+        path = Path(explicit)
+    else:
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        path = Path(state) / "envcheck"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def default_database_url() -> str:
+    """``$ENVCHECK_DATABASE_URL`` if set, else the SQLite file ``envcheck.db`` in the data dir."""
+    url = os.environ.get(URL_ENV, "").strip()
+    if url:
+        return normalise_url(url)
+    return f"sqlite:///{data_dir() / 'envcheck.db'}"
+
+
+def normalise_url(url: str) -> str:
+    """Route plain ``postgresql://`` (and ``postgres://``) URLs to the psycopg 3 driver."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url.removeprefix(prefix)
+    return url
+
+
+def redact(url: str | URL) -> str:
+    """The URL for messages: password masked, or a placeholder if it does not even parse."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable database URL>"
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        # WAL lets the dashboard and the API read while the daemon writes; busy_timeout makes
+        # writers from other processes wait instead of failing with "database is locked".
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def create_store_engine(url: str) -> Engine:
+    """An engine for ``url`` with envcheck's settings; raises StoreError for a bad URL."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError:
+        raise StoreError("not a valid database URL (check ENVCHECK_DATABASE_URL)") from None
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        # The CLI records results from worker threads; the Store serialises SQLite access.
+        kwargs["connect_args"] = {"check_same_thread": False}
+        if parsed.database in (None, "", ":memory:"):
+            kwargs["poolclass"] = StaticPool  # one shared in-memory database, not one per thread
+    elif parsed.get_backend_name() == "postgresql":
+        kwargs["pool_pre_ping"] = True
+        if "connect_timeout" not in parsed.query:  # a URL's own ?connect_timeout= wins
+            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (SQLAlchemyError, ImportError) as exc:
+        raise StoreError(f"cannot use database {redact(parsed)}: {exc}") from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _on_sqlite_connect)
+    return engine
+
+
+def _lock_for_migration(conn: Connection) -> None:
+    """Serialise concurrent first opens (CLI and daemon) so only one creates the schema."""
+    if conn.dialect.name == "sqlite":
+        # pysqlite does not begin a transaction before DDL; take the write lock explicitly.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def migrate(engine: Engine) -> None:
+    """Upgrade the database to the newest schema, in one transaction where the backend can."""
+    with engine.connect() as conn:
+        pass  # _lock_for_migration(conn)
+        command.upgrade(alembic_config(conn), "head")
+        conn.commit()

@@ -1,0 +1,263 @@
+"""The result store: a small typed interface over the tables; one short session per call.
+
+Every consumer (CLI, daemon, API, dashboard, metrics) reads results through this class, so
+they agree by construction. Each ``record()`` commits on its own: a killed checker loses at
+most the probe in flight, and :meth:`Store.interrupt_stale_runs` tidies the run it left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Engine, func, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import aliased
+from sqlmodel import Session, col, select
+
+from envcheck.catalogue import Environment
+from envcheck.errors import StoreError
+from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.store.database import create_store_engine, default_database_url, migrate, redact
+from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState
+
+__all__ = ["Store", "open_store"]
+
+
+def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
+    return ProbeResultRow(
+        run_id=run_id,
+        env_id=result.env_id,
+        kind=result.kind.value,
+        status=result.status.value,
+        reason=result.reason.value,
+        summary=result.summary,
+        duration_s=result.duration_s,
+        image_digest=result.image_digest,
+        spec_hash=result.spec_hash,
+        started_at=result.started_at,
+        evidence=[e.to_json() for e in result.evidence],
+        details=result.details,
+    )
+
+
+def _from_row(row: ProbeResultRow) -> ProbeResult:
+    return ProbeResult(
+        env_id=row.env_id,
+        kind=ProbeKind(row.kind),
+        status=Status(row.status),
+        reason=Reason(row.reason),
+        summary=row.summary,
+        duration_s=row.duration_s,
+        image_digest=row.image_digest,
+        spec_hash=row.spec_hash,
+        started_at=row.started_at,
+        evidence=tuple(CommandEvidence(**e) for e in row.evidence),
+        details=row.details,
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class Store:
+    """Results, runs and environments in one database. Safe to share between threads."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # SQLite has one writer at a time and pysqlite connections are not meant to be shared;
+        # serialising this process' access avoids "database is locked" between our own threads
+        # (other processes wait on busy_timeout). PostgreSQL needs no such lock.
+        self._lock: contextlib.AbstractContextManager[Any] = (
+            threading.RLock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
+        )
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        with self._lock, Session(self._engine, expire_on_commit=False) as session:
+            try:
+                yield session
+            except SQLAlchemyError as exc:
+                session.rollback()
+                raise StoreError(f"store operation failed: {exc}") from exc
+
+    # --- environments -------------------------------------------------------------------
+
+    def sync_environments(self, envs: Iterable[Environment]) -> None:
+        """Upsert the catalogue's environments: first_seen is kept, the rest refreshed."""
+        now = datetime.now(UTC)
+        values = [
+            {"id": e.id, "suite": e.suite, "image": e.image, "spec": e.model_dump(mode="json"),
+             "first_seen": now, "last_seen": now}
+            for e in envs
+        ]
+        if not values:
+            return
+        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        stmt = insert(EnvironmentRow).values(values)
+        # One statement, atomic on both backends: no read-then-write race between processes.
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"],
+            set_={k: stmt.excluded[k] for k in ("suite", "image", "spec", "last_seen")},
+        )
+        with self._session() as session:
+            session.exec(stmt)
+            session.commit()
+
+    def environments(self) -> list[EnvironmentRow]:
+        with self._session() as session:
+            return list(session.exec(select(EnvironmentRow).order_by(col(EnvironmentRow.id))))
+
+    # --- runs ---------------------------------------------------------------------------
+
+    def start_run(self, trigger: str, catalogue_files: Sequence[str]) -> str:
+        run = CheckRun(id=uuid.uuid4().hex, trigger=trigger, host=socket.gethostname(),
+                       pid=os.getpid(), catalogue_files=list(catalogue_files))
+        with self._session() as session:
+            session.add(run)
+            session.commit()
+        return run.id
+
+    def finish_run(self, run_id: str) -> None:
+        self._set_state([run_id], RunState.FINISHED, datetime.now(UTC))
+
+    def interrupt_stale_runs(self) -> list[str]:
+        """Mark this host's 'running' runs whose process is gone as 'interrupted'."""
+        query = select(CheckRun).where(
+            CheckRun.state == RunState.RUNNING.value, CheckRun.host == socket.gethostname()
+        )
+        with self._session() as session:
+            running = list(session.exec(query))
+        me = os.getpid()
+        stale = [r.id for r in running if r.pid != me and not _pid_alive(r.pid)]
+        return self._set_state(stale, RunState.INTERRUPTED, None) if stale else []
+
+    def _set_state(self, run_ids: list[str], state: RunState, at: datetime | None) -> list[str]:
+        # Only running runs change: a run finished meanwhile by its owner stays finished.
+        stmt = (
+            update(CheckRun)
+            .where(col(CheckRun.id).in_(run_ids), col(CheckRun.state) == RunState.RUNNING.value)
+            .values(state=state.value, finished_at=at)
+            .returning(col(CheckRun.id))
+        )
+        with self._session() as session:
+            changed = list(session.execute(stmt).scalars())
+            session.commit()
+        return changed
+
+    def run(self, run_id: str) -> CheckRun | None:
+        with self._session() as session:
+            return session.get(CheckRun, run_id)
+
+    def runs(self, limit: int = 20) -> list[CheckRun]:
+        """The newest runs first."""
+        query = select(CheckRun).order_by(col(CheckRun.started_at).desc()).limit(limit)
+        with self._session() as session:
+            return list(session.exec(query))
+
+    # --- results ------------------------------------------------------------------------
+
+    def record(self, run_id: str, result: ProbeResult) -> int:
+        """Insert one result and commit at once; returns its id."""
+        row = _to_row(run_id, result)
+        with self._session() as session:
+            session.add(row)
+            session.commit()
+        assert row.id is not None
+        return row.id
+
+    def results_for_run(self, run_id: str) -> list[ProbeResult]:
+        query = (
+            select(ProbeResultRow)
+            .where(ProbeResultRow.run_id == run_id)
+            .order_by(col(ProbeResultRow.id))
+        )
+        return self._results(query)
+
+    def latest_results(
+        self, env_ids: Sequence[str] | None = None, kinds: Sequence[ProbeKind] | None = None
+    ) -> list[ProbeResult]:
+        """The latest result (by started_at, then id) per environment and probe kind."""
+        rank = func.row_number().over(
+            partition_by=(col(ProbeResultRow.env_id), col(ProbeResultRow.kind)),
+            order_by=(col(ProbeResultRow.started_at).desc(), col(ProbeResultRow.id).desc()),
+        ).label("rank")
+        inner = select(ProbeResultRow, rank)
+        if env_ids is not None:
+            inner = inner.where(col(ProbeResultRow.env_id).in_(list(env_ids)))
+        if kinds is not None:
+            inner = inner.where(col(ProbeResultRow.kind).in_([k.value for k in kinds]))
+        ranked = inner.subquery()
+        latest = aliased(ProbeResultRow, ranked)
+        query = (
+            select(latest)
+            .where(ranked.c.rank == 1)
+            .order_by(col(latest.env_id), col(latest.kind))
+        )
+        return self._results(query)
+
+    def history(
+        self, env_id: str, kind: ProbeKind | None = None, limit: int = 100
+    ) -> list[ProbeResult]:
+        """An environment's results, newest first."""
+        query = select(ProbeResultRow).where(ProbeResultRow.env_id == env_id)
+        if kind is not None:
+            query = query.where(ProbeResultRow.kind == kind.value)
+        query = query.order_by(
+            col(ProbeResultRow.started_at).desc(), col(ProbeResultRow.id).desc()
+        ).limit(limit)
+        return self._results(query)
+
+    def _results(self, query: Any) -> list[ProbeResult]:
+        with self._session() as session:
+            return [_from_row(row) for row in session.exec(query)]
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_store(url: str | None = None) -> Store:
+    """Connect to ``url`` (default: :func:`default_database_url`) and migrate it to head."""
+    url = url or default_database_url()
+    engine = create_store_engine(url)
+    try:
+        migrate(engine)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        password = engine.url.password
+        if password:
+            reason = reason.replace(str(password), "***")
+        where = redact(engine.url)
+        raise StoreError(f"cannot open the result store at {where}: {reason}") from None
+    return Store(engine)
