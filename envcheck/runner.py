@@ -13,11 +13,11 @@ from contextlib import ExitStack
 
 from envcheck.catalogue import Environment
 from envcheck.errors import InfraError
-from envcheck.kinds import ProbeContext, load_probe
+from envcheck.kinds import ProbeContext, Verdict, load_probe
 from envcheck.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.sandbox.base import SandboxRuntime
 
-__all__ = ["ResultSink", "check_environment", "new_run_id", "run_cycle"]
+__all__ = ["ResultSink", "check_environment", "new_run_id", "run_cycle", "unchecked"]
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,14 @@ def new_run_id() -> str:
 
 def _infra_results(env: Environment, kinds: Sequence[ProbeKind], exc: InfraError,
                    digest: str | None = None) -> list[ProbeResult]:
-    return [load_probe(kind).result(env, _error(exc), 0.0, digest) for kind in kinds]
+    verdict = Verdict(Status.ERROR, exc.reason, str(exc))
+    return [load_probe(kind).result(env, verdict, 0.0, digest) for kind in kinds]
 
 
-def _error(exc: InfraError) -> object:
-    from envcheck.kinds import Verdict
-
-    return Verdict(Status.ERROR, exc.reason, str(exc))
+def unchecked(envs: Sequence[Environment], kinds: Sequence[ProbeKind],
+              exc: InfraError) -> list[ProbeResult]:
+    """Results for a cycle envcheck could not run at all (e.g. the engine is down)."""
+    return [r for env in envs for r in _infra_results(env, kinds, exc)]
 
 
 def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: SandboxRuntime,
@@ -79,7 +80,5 @@ def run_cycle(envs: Sequence[Environment], kinds: Sequence[ProbeKind], runtime: 
 
 
 def interrupted(env: Environment, kind: ProbeKind, digest: str | None = None) -> ProbeResult:
-    from envcheck.kinds import Verdict
-
     verdict = Verdict(Status.ERROR, Reason.INTERRUPTED, "the check run was interrupted")
     return load_probe(kind).result(env, verdict, 0.0, digest)

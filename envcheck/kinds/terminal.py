@@ -95,7 +95,7 @@ def _exec_failure(result: ExecResult, env: Environment) -> tuple[Reason, str] | 
     if result.exit_code in (126, 127) and (
         "no such file" in text or "not found" in text or "permission denied" in text
     ) and READY not in result.text:
-        return Reason.SHELL_MISSING, f"shell {env.shell} cannot be executed: {result.text.strip()}"
+        return Reason.SHELL_MISSING, f"shell {env.shell} is not executable in the image"
     return None
 
 
