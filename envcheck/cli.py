@@ -21,7 +21,7 @@ from envcheck.catalogue import Catalogue, CatalogueFile, Environment, load_catal
 from envcheck.errors import CatalogueError, EngineUnreachable, StoreError
 from envcheck.kinds import available_kinds
 from envcheck.results import ProbeKind, ProbeResult, Status
-from envcheck.runner import ResultSink, new_run_id, run_cycle, unchecked
+from envcheck.runner import ResultSink, run_cycle, unchecked
 from envcheck.sandbox.docker import DockerRuntime
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
@@ -140,8 +140,16 @@ def check(
         store.interrupt_stale_runs()
         store.sync_environments(envs)
         run_id = store.start_run("cli", list(catalogue.files))
-        results = _run(envs, kinds, run_id, lambda r: store.record(run_id, r), concurrency,
-                       as_json)
+
+        def record(result: ProbeResult) -> None:
+            store.record(run_id, result)
+
+        try:
+            results = _run(envs, kinds, run_id, record, concurrency, as_json)
+        except KeyboardInterrupt:
+            store.interrupt_run(run_id)
+            err.print("interrupted: in-flight probes finished, their containers removed")
+            raise typer.Exit(130) from None
         store.finish_run(run_id)
     if as_json:
         err.print(_summary(results))

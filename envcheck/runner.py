@@ -68,12 +68,17 @@ def run_cycle(envs: Sequence[Environment], kinds: Sequence[ProbeKind], runtime: 
               concurrency: int = 2) -> list[ProbeResult]:
     """Check environments ``concurrency`` at a time; ``sink`` sees results as they come."""
     results: list[ProbeResult] = []
-    with ThreadPoolExecutor(max_workers=max(concurrency, 1),
-                            thread_name_prefix="envcheck-check") as pool:
-        futures = {pool.submit(check_environment, env, kinds, runtime, run_id, sink): env
-                   for env in envs}
+    pool = ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="envcheck")
+    try:
+        futures = [pool.submit(check_environment, env, kinds, runtime, run_id, sink)
+                   for env in envs]
         for future in as_completed(futures):
             results.extend(future.result())
+    except BaseException:
+        # Interrupted: start nothing new; in-flight probes finish and remove their containers.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     order = {env.id: i for i, env in enumerate(envs)}
     results.sort(key=lambda r: (order[r.env_id], list(ProbeKind).index(r.kind)))
     return results

@@ -58,7 +58,8 @@ for t in {tools}; do
 done
 if [ -d {workdir} ]; then
   f={workdir}/.envcheck-probe-$$
-  if ( : > "$f" ) 2>/dev/null; then rm -f "$f"; echo "workdir writable"; else echo "workdir readonly"; fi
+  if ( : > "$f" ) 2>/dev/null; then rm -f "$f"; echo "workdir writable"
+  else echo "workdir readonly"; fi
 else
   echo "workdir missing"
 fi

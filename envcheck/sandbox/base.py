@@ -120,6 +120,10 @@ class TtySession(Protocol):
         """Read until ``marker`` has been seen or the timeout passes; True if seen."""
         ...
 
+    def seen(self) -> bytes:
+        """The recent output (a bounded window), to search for markers."""
+        ...
+
     @property
     def transcript(self) -> CappedOutput: ...
 

@@ -9,9 +9,11 @@ of the command, whatever the image holds. The next command starts the container 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import socket
+import tarfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +42,7 @@ LABEL_ENV = "org.envcheck.env"
 LABEL_OWNER = "org.envcheck.owner"
 # Keeps the container alive for its cycle; docker-init reaps zombies and forwards signals.
 KEEPALIVE = ["sleep", "infinity"]
+API_VERSION = os.environ.get("ENVCHECK_DOCKER_API_VERSION", "1.41")
 FLOOD_LIMIT = 256 * 1024 * 1024
 _RECV = 64 * 1024
 
@@ -69,8 +72,52 @@ def _engine_errors(image: str | None = None) -> Iterator[None]:
         raise EngineUnreachable(f"Docker engine unreachable: {exc}") from exc
 
 
+def _preflight(host: str, timeout_s: float) -> None:
+    """Try a local engine socket ourselves: the SDK leaks the socket of a failed connect."""
+    if not host.startswith("unix://"):
+        return
+    path = host.removeprefix("unix://")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout_s)
+    try:
+        probe.connect(path)
+    except OSError as exc:
+        raise EngineUnreachable(f"Docker engine unreachable at {host}: {exc}") from exc
+    finally:
+        probe.close()
+
+
 def _raw_socket(sock: Any) -> Any:
     return getattr(sock, "_sock", sock)
+
+
+def _buffered(sock: Any) -> bytes:
+    """Bytes the HTTP client already read past the response headers.
+
+    A fast command's output can arrive with the headers; it then sits in the client's
+    buffer, above the raw socket we read from, and would be lost.
+    """
+    try:
+        reader = sock._response.raw._fp.fp
+    except AttributeError:
+        return b""
+    raw = _raw_socket(sock)
+    timeout = raw.gettimeout()
+    raw.settimeout(0.0)
+    try:
+        return bytes(reader.read1(_RECV) or b"")
+    except OSError:  # nothing buffered, and the socket has nothing ready either
+        return b""
+    finally:
+        raw.settimeout(timeout)
+
+
+def _close(sock: Any) -> None:
+    """Close the hijacked exec stream; the SDK's wrapper alone leaves the socket open."""
+    with suppress(OSError):
+        _raw_socket(sock).close()
+    with suppress(OSError):
+        sock.close()
 
 
 class DockerRuntime:
@@ -82,9 +129,17 @@ class DockerRuntime:
     @classmethod
     def from_env(cls, timeout_s: float = 30.0) -> DockerRuntime:
         """Connect as the docker CLI would (DOCKER_HOST, contexts); fail fast if down."""
+        _preflight(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), timeout_s)
         with _engine_errors():
-            client = docker.from_env(timeout=int(timeout_s))
-            client.ping()
+            # A pinned API version: the SDK's auto-detection leaks a socket when the
+            # engine is down. 1.41 (Docker 20.10) is served by every current engine.
+            client = docker.from_env(timeout=int(timeout_s), version=API_VERSION)
+        try:
+            with _engine_errors():
+                client.ping()
+        except EngineUnreachable:
+            client.close()
+            raise
         return cls(client)
 
     def close(self) -> None:
@@ -248,8 +303,9 @@ class DockerSandbox:
         exec_id, sock = self._open(argv, user, env, tty=False)
         raw = _raw_socket(sock)
         output = CappedOutput(output_limit)
-        frames = bytearray()
-        first: float | None = None
+        frames = bytearray(_buffered(sock))
+        first: float | None = deadline.elapsed() if frames else None
+        _drain_frames(frames, output)
         timed_out = flooded = False
         try:
             while True:
@@ -276,7 +332,7 @@ class DockerSandbox:
         except OSError as exc:
             raise EngineUnreachable(f"lost the exec stream: {exc}") from exc
         finally:
-            sock.close()
+            _close(sock)
         return ExecResult(
             command=" ".join(argv),
             exit_code=None if timed_out else self._exit_code(exec_id),
@@ -302,16 +358,16 @@ class DockerSandbox:
     def tty(self, argv: Sequence[str], *, user: str | None = None,
             env: dict[str, str] | None = None) -> Iterator[DockerTty]:
         _, sock = self._open(argv, user, env, tty=True)
-        session = DockerTty(_raw_socket(sock))
+        session = DockerTty(_raw_socket(sock), initial=_buffered(sock))
         try:
             yield session
         finally:
-            sock.close()
+            _close(sock)
 
     def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
-        import io
-        import tarfile
-
+        """Copy a file in. The engine writes below mounts, so a tmpfs path would vanish."""
+        if path == "/tmp" or path.startswith("/tmp/"):
+            raise ValueError(f"{path}: /tmp is a tmpfs the engine cannot copy into")
         directory, _, name = path.rpartition("/")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -334,10 +390,11 @@ def _drain_frames(frames: bytearray, output: CappedOutput) -> None:
 
 
 class DockerTty:
-    def __init__(self, raw: Any, limit: int = 64 * 1024) -> None:
+    def __init__(self, raw: Any, limit: int = 64 * 1024, initial: bytes = b"") -> None:
         self._raw = raw
-        self._seen = bytearray()
+        self._seen = bytearray(initial)
         self._transcript = CappedOutput(limit)
+        self._transcript.feed(initial)
 
     @property
     def transcript(self) -> CappedOutput:

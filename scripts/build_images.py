@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Build the demo fleet under images/demo/ with the Docker SDK, in dependency order.
+
+Each image is labelled ``org.envcheck.build-hash`` with a hash of its build directory, its build
+arguments and its parent image's ID. An image whose label already matches is skipped, so a run
+with nothing to do takes a second or two; a rebuilt parent rebuilds its children.
+
+Builds run with ``network_mode="none"``: the Dockerfiles never reach a registry or a mirror.
+The base image (``envcheck/base:bookworm``) comes from ``images/base/build.sh``.
+
+    .venv/bin/python scripts/build_images.py [--force] [--base IMAGE] [NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, BuildError, DockerException, ImageNotFound
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_DIR = REPO_ROOT / "images" / "demo"
+BASE_IMAGE = "envcheck/base:bookworm"
+REPOSITORY = "envcheck-demo"
+TASK_IMAGE = f"{REPOSITORY}/task:latest"
+
+HASH_LABEL = "org.envcheck.build-hash"
+DEMO_LABEL = "org.envcheck.demo"
+HASH_VERSION = "1"
+IGNORED_NAMES = frozenset({"__pycache__", ".pytest_cache"})
+IGNORED_SUFFIXES = (".pyc",)
+BUILD_TIMEOUT_S = 900
+LOG_TAIL_LINES = 25
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class DemoImage:
+    """One image of the demo fleet: ``images/demo/<name>/`` built FROM ``parent``."""
+
+    name: str
+    parent: str | None  # None: the base image given on the command line
+    parent_arg: str  # the Dockerfile ARG that names the parent image
+
+    @property
+    def tag(self) -> str:
+        return f"{REPOSITORY}/{self.name}:latest"
+
+    @property
+    def context(self) -> Path:
+        return DEMO_DIR / self.name
+
+
+def _defect(name: str) -> DemoImage:
+    return DemoImage(name, parent=TASK_IMAGE, parent_arg="TASK")
+
+
+# Build order: every parent comes before its children.
+FLEET: tuple[DemoImage, ...] = (
+    DemoImage("task", parent=None, parent_arg="BASE"),
+    _defect("healthy"),
+    _defect("shell-missing"),
+    _defect("tool-missing"),
+    _defect("workdir-readonly"),
+    _defect("workdir-missing"),
+    _defect("user-missing"),
+    _defect("slow-shell"),
+    _defect("pty-broken"),
+)
+
+
+class BuildFailedError(Exception):
+    """A demo image could not be built; the message says which and why."""
+
+
+def _context_files(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_NAMES)
+        for filename in sorted(filenames):
+            if filename in IGNORED_NAMES or filename.endswith(IGNORED_SUFFIXES):
+                continue
+            yield Path(dirpath) / filename
+
+
+def content_hash(context: Path, buildargs: dict[str, str], parent_id: str) -> str:
+    """Hash of what determines the image: files (path, exec bit, bytes), build args, parent."""
+    digest = hashlib.sha256()
+    digest.update(f"envcheck-demo-build/{HASH_VERSION}\0parent={parent_id}\0".encode())
+    for key in sorted(buildargs):
+        digest.update(f"arg:{key}={buildargs[key]}\0".encode())
+    for path in _context_files(context):
+        rel = path.relative_to(context).as_posix()
+        if path.is_symlink():
+            digest.update(f"link:{rel}->{os.readlink(path)}\0".encode())
+            continue
+        executable = os.access(path, os.X_OK)
+        digest.update(f"file:{rel}:{'x' if executable else '-'}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _image_id(client: Any, ref: str) -> str | None:
+    try:
+        return str(client.images.get(ref).id)
+    except ImageNotFound:
+        return None
+
+
+def _log_tail(log: Iterable[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for chunk in log:
+        text = ANSI_ESCAPE.sub("", str(chunk.get("stream") or chunk.get("error") or ""))
+        lines.extend(line for line in text.splitlines() if line.strip())
+    return "\n".join("    " + line for line in lines[-LOG_TAIL_LINES:])
+
+
+def build_one(client: Any, image: DemoImage, base: str, force: bool) -> tuple[str, str | None]:
+    """Build ``image`` unless its hash label matches; return (outcome, replaced image ID)."""
+    parent = image.parent or base
+    parent_id = _image_id(client, parent)
+    if parent_id is None:
+        hint = " (run images/base/build.sh)" if image.parent is None else ""
+        raise BuildFailedError(f"{image.tag}: parent image {parent} is missing{hint}")
+    if not (image.context / "Dockerfile").is_file():
+        raise BuildFailedError(f"{image.tag}: no Dockerfile in {image.context}")
+    buildargs = {image.parent_arg: parent}
+    wanted = content_hash(image.context, buildargs, parent_id)
+
+    old_id: str | None = None
+    try:
+        current = client.images.get(image.tag)
+    except ImageNotFound:
+        current = None
+    if current is not None:
+        old_id = str(current.id)
+        labels = current.labels or {}
+        if not force and labels.get(HASH_LABEL) == wanted:
+            return "up to date", None
+
+    try:
+        built, _log = client.images.build(
+            path=str(image.context),
+            tag=image.tag,
+            buildargs=buildargs,
+            network_mode="none",
+            rm=True,
+            forcerm=True,
+            pull=False,
+            labels={HASH_LABEL: wanted, DEMO_LABEL: image.name},
+        )
+    except BuildError as exc:
+        raise BuildFailedError(
+            f"{image.tag}: build failed: {exc.msg}\n{_log_tail(exc.build_log)}"
+        ) from exc
+    except APIError as exc:
+        raise BuildFailedError(f"{image.tag}: Docker engine refused the build: {exc}") from exc
+    replaced = old_id if old_id is not None and old_id != built.id else None
+    return "built", replaced
+
+
+def _remove_stale(client: Any, image_ids: Sequence[str]) -> None:
+    """Best effort: drop images replaced by this run (children first); ignore ones in use."""
+    for image_id in reversed(image_ids):
+        try:
+            client.images.remove(image_id, noprune=False)
+        except (APIError, ImageNotFound):
+            continue
+
+
+def select(names: Sequence[str]) -> list[DemoImage]:
+    if not names:
+        return list(FLEET)
+    known = {image.name: image for image in FLEET}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise BuildFailedError(
+            f"unknown demo image(s): {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+    return [image for image in FLEET if image.name in names]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("names", nargs="*", help="build only these images (default: all)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--base", default=BASE_IMAGE, help=f"base image (default {BASE_IMAGE})")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    try:
+        images = select(args.names)
+        client = docker.from_env(timeout=BUILD_TIMEOUT_S)
+        client.ping()
+    except BuildFailedError as exc:
+        print(f"build_images: {exc}", file=sys.stderr)
+        return 2
+    except DockerException as exc:
+        print(f"build_images: Docker engine not reachable: {exc}", file=sys.stderr)
+        return 1
+
+    width = max(len(image.tag) for image in images)
+    counts = {"built": 0, "up to date": 0}
+    stale: list[str] = []
+    try:
+        for image in images:
+            t0 = time.monotonic()
+            outcome, replaced = build_one(client, image, args.base, args.force)
+            counts[outcome] += 1
+            if replaced:
+                stale.append(replaced)
+            elapsed = time.monotonic() - t0
+            print(f"{image.tag:<{width}}  {outcome:<10}  {elapsed:5.1f} s", flush=True)
+    except BuildFailedError as exc:
+        print(f"build_images: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except DockerException as exc:
+        print(f"build_images: FAILED: Docker engine error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _remove_stale(client, stale)
+        client.close()
+
+    print(
+        f"demo images: {len(images)} ({counts['built']} built, {counts['up to date']} up to date)"
+        f" in {time.monotonic() - started:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# One idempotent setup for envcheck: system packages, .venv, a Docker engine, the base image and
+# the demo fleet. Safe to run again and again: a second run skips everything that already exists
+# and takes a few seconds.
+#
+#   scripts/setup.sh
+#
+# Environment:
+#   ENVCHECK_EXTRAS      pip extras to install (default: dev), e.g. "dev,dashboard"
+#   ENVCHECK_APT_EXTRA   extra Debian packages (space-separated), installed only when missing
+#   ENVCHECK_DOCKERD_LOG where a dockerd started by this script logs
+#                        (default: /var/log/envcheck/dockerd.log)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+EXTRAS="${ENVCHECK_EXTRAS:-dev}"
+DOCKERD_LOG="${ENVCHECK_DOCKERD_LOG:-/var/log/envcheck/dockerd.log}"
+BASE_IMAGE="${ENVCHECK_BASE_IMAGE:-envcheck/base:bookworm}"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.envcheck-install-stamp"
+START="$EPOCHREALTIME"
+
+log() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+is_root() { [[ $(id -u) -eq 0 ]]; }
+is_debian() { [[ -f /etc/debian_version ]] && command -v apt-get >/dev/null 2>&1; }
+pkg_installed() { dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'; }
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+# Serialise concurrent runs (two shells running the test command at once).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"${TMPDIR:-/tmp}/envcheck-setup.lock"
+  flock 9
+fi
+
+# --- 1. system packages ------------------------------------------------------------------------
+summary_apt="apt: nothing to install"
+wanted=()
+command -v dockerd >/dev/null 2>&1 || wanted+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || wanted+=(debootstrap)
+if [[ ! -x "$VENV/bin/python" ]] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  wanted+=(python3-venv)
+fi
+for pkg in ${ENVCHECK_APT_EXTRA:-}; do
+  pkg_installed "$pkg" || wanted+=("$pkg")
+done
+if ((${#wanted[@]})); then
+  if is_root && is_debian; then
+    log "apt-get install ${wanted[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${wanted[@]}" >/dev/null
+    summary_apt="apt: installed ${wanted[*]}"
+  else
+    die "missing system packages: ${wanted[*]} (install them as root: apt-get install ${wanted[*]})"
+  fi
+fi
+
+# --- 2. Python virtualenv ----------------------------------------------------------------------
+command -v python3 >/dev/null 2>&1 || die "python3 not found"
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "envcheck needs Python >= 3.11 (found $(python3 -V 2>&1))"
+summary_venv="venv: up to date"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+  rm -f "$STAMP"
+fi
+want_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$EXTRAS"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want_stamp" ]]; then
+  log "pip install -e .[$EXTRAS]"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+  printf '%s\n' "$want_stamp" >"$STAMP"
+  summary_venv="venv: installed .[$EXTRAS]"
+fi
+
+# --- 3. Docker engine --------------------------------------------------------------------------
+command -v docker >/dev/null 2>&1 || die "docker CLI not found (apt-get install docker.io)"
+engine_up() { timeout 10 docker info >/dev/null 2>&1; }
+summary_docker="docker: running"
+if ! engine_up; then
+  is_root || die "the Docker engine does not answer and starting dockerd needs root"
+  command -v dockerd >/dev/null 2>&1 || die "dockerd not found (apt-get install docker.io)"
+  mkdir -p "$(dirname "$DOCKERD_LOG")"
+  log "starting dockerd (log: $DOCKERD_LOG)"
+  # setsid + nohup: the engine outlives this script and the job that ran it.
+  setsid nohup dockerd --bridge=none --iptables=false --ip-forward=false \
+    >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  dockerd_pid=$!
+  deadline=$((SECONDS + 60))
+  until engine_up; do
+    problem=""
+    kill -0 "$dockerd_pid" 2>/dev/null || problem="dockerd exited"
+    ((SECONDS < deadline)) || problem="dockerd did not answer 'docker info' within 60 s"
+    if [[ -n $problem ]]; then
+      echo "setup: ERROR: $problem; last lines of $DOCKERD_LOG:" >&2
+      tail -n 30 "$DOCKERD_LOG" >&2 || true
+      exit 1
+    fi
+    sleep 1
+  done
+  summary_docker="docker: started"
+fi
+
+# --- 4. images ---------------------------------------------------------------------------------
+summary_base="base: present"
+if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  ENVCHECK_BASE_IMAGE="$BASE_IMAGE" "$ROOT/images/base/build.sh"
+  summary_base="base: built"
+fi
+images_out="$("$VENV/bin/python" scripts/build_images.py --base "$BASE_IMAGE")" || {
+  printf '%s\n' "$images_out"
+  die "building the demo images failed (see above)"
+}
+printf '%s\n' "$images_out" | grep -v 'up to date' | grep -v '^demo images:' || true
+summary_images="$(printf '%s\n' "$images_out" | tail -n 1)"
+
+log "ok in $(elapsed "$START") s: $summary_apt; $summary_venv; $summary_docker; $summary_base; $summary_images"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The test command: setup, PostgreSQL (best effort), ruff, mypy, pytest.
+#
+#   scripts/test.sh [PYTEST ARGS...]
+#
+# Exits with pytest's status (5, "no tests collected", is a failure too); if pytest passes but
+# ruff or mypy failed, exits 1. PostgreSQL is best effort: when it cannot be made to answer on
+# 127.0.0.1:5432 a warning says so and the tests that need it fail or skip on their own terms.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+log() { printf 'test: %s\n' "$*"; }
+warn() { printf 'test: WARNING: %s\n' "$*" >&2; }
+is_root() { [[ $(id -u) -eq 0 ]]; }
+
+"$ROOT/scripts/setup.sh"
+
+# --- PostgreSQL on 127.0.0.1:5432 (trust auth, database "test") -------------------------------
+pg_up() { command -v pg_isready >/dev/null 2>&1 && pg_isready -h 127.0.0.1 -p 5432 -t 3 >/dev/null 2>&1; }
+pg_test_db() {
+  PGCONNECT_TIMEOUT=5 psql -h 127.0.0.1 -p 5432 -U postgres -d test -Atqc 'select 1' \
+    >/dev/null 2>&1
+}
+
+ensure_postgres() {
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    if ! pg_up && is_root && command -v apt-get >/dev/null 2>&1; then
+      log "installing PostgreSQL (apt-get install postgresql)"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    fi
+  fi
+  local version conf
+  version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1 || true)"
+  conf="/etc/postgresql/$version/main"
+  if [[ -n $version && -f "$conf/pg_hba.conf" ]] && is_root \
+    && ! grep -Eq '^host[[:space:]]+all[[:space:]]+all[[:space:]]+127\.0\.0\.1/32[[:space:]]+trust' \
+      "$conf/pg_hba.conf"; then
+    log "PostgreSQL $version: trusting local TCP connections from 127.0.0.1 (pg_hba.conf)"
+    sed -i '1i host all all 127.0.0.1/32 trust' "$conf/pg_hba.conf"
+    pg_up && pg_ctlcluster --skip-systemctl-redirect "$version" main reload || true
+  fi
+  if ! pg_up; then
+    if [[ -z $version ]] || ! command -v pg_ctlcluster >/dev/null 2>&1; then
+      warn "PostgreSQL is not installed; tests marked 'postgres' cannot run"
+      return 0
+    fi
+    log "starting PostgreSQL $version/main"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    local deadline=$((SECONDS + 30))
+    until pg_up; do
+      if ((SECONDS >= deadline)); then
+        warn "PostgreSQL $version/main does not answer on 127.0.0.1:5432"
+        return 0
+      fi
+      sleep 1
+    done
+  fi
+  if command -v psql >/dev/null 2>&1 && ! pg_test_db; then
+    log "creating database 'test'"
+    PGCONNECT_TIMEOUT=5 psql -h 127.0.0.1 -p 5432 -U postgres -d postgres -qc 'CREATE DATABASE test' \
+      >/dev/null 2>&1 || true
+    pg_test_db || warn "cannot connect as postgres to database 'test' on 127.0.0.1:5432 (trust auth?)"
+  fi
+}
+ensure_postgres
+
+# --- lint, types, tests ------------------------------------------------------------------------
+failed=()
+log "ruff check"
+.venv/bin/ruff check envcheck tests scripts bench || failed+=(ruff)
+log "mypy"
+.venv/bin/mypy || failed+=(mypy)
+log "pytest $*"
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+
+if ((status == 5)); then
+  echo "test: FAILED: pytest collected no tests" >&2
+elif ((status != 0)); then
+  echo "test: FAILED: pytest exited with status $status" >&2
+fi
+if ((${#failed[@]})); then
+  echo "test: FAILED: ${failed[*]}" >&2
+  ((status != 0)) || status=1
+fi
+((status != 0)) || log "all passed"
+exit "$status"

@@ -1,0 +1,70 @@
+"""Shared fixtures. Docker tests run against the real engine and the demo images built by
+``scripts/setup.sh``; they fail (not skip) without them, so a green run means they ran."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envcheck.catalogue import Catalogue, load_catalogue
+from envcheck.errors import EngineUnreachable
+from envcheck.sandbox.docker import DockerRuntime
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "probes" / "demo.yaml"
+
+
+def envcheck_cmd() -> list[str]:
+    exe = shutil.which("envcheck", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "envcheck.cli"]
+
+
+@pytest.fixture(scope="session")
+def demo_catalogue() -> Catalogue:
+    return load_catalogue([DEMO])
+
+
+@pytest.fixture(scope="session")
+def runtime() -> Iterator[DockerRuntime]:
+    try:
+        rt = DockerRuntime.from_env()
+    except EngineUnreachable as exc:
+        pytest.fail(f"no Docker engine ({exc}); run scripts/setup.sh first")
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_container_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the whole session no envcheck container may remain on the engine."""
+    yield
+    if not any(item.get_closest_marker("docker") for item in request.session.items):
+        return
+    rt = DockerRuntime.from_env()
+    try:
+        left = rt.containers()
+    finally:
+        rt.close()
+    assert left == [], f"envcheck containers left behind: {left}"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private SQLite store for CLI runs."""
+    monkeypatch.setenv("ENVCHECK_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("ENVCHECK_DATABASE_URL", raising=False)
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def cli_env(data_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["ENVCHECK_DATA_DIR"] = str(data_dir)
+    env.pop("ENVCHECK_DATABASE_URL", None)
+    env["COLUMNS"] = "200"
+    return env

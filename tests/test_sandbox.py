@@ -1,0 +1,205 @@
+"""Hostile commands are contained by the real engine: hangs, floods, fork bombs, memory hogs."""
+
+from __future__ import annotations
+
+import glob
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from envcheck.catalogue import Limits
+from envcheck.errors import EngineUnreachable, ImageMissing
+from envcheck.sandbox.base import CappedOutput, SandboxSpec
+from envcheck.sandbox.docker import (
+    LABEL_ENV,
+    LABEL_MANAGED,
+    LABEL_RUN,
+    DockerRuntime,
+    DockerSandbox,
+)
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "envcheck-demo/healthy:latest"
+
+
+@pytest.fixture
+def sandbox(runtime: DockerRuntime) -> Iterator[DockerSandbox]:
+    spec = SandboxSpec("test-env", IMAGE, "test-run", Limits(memory_mb=256, pids=64))
+    with runtime.sandbox(spec) as sb:
+        yield sb
+
+
+def test_container_is_hardened_and_labelled(sandbox: DockerSandbox) -> None:
+    client = docker.from_env(timeout=10)
+    try:
+        attrs = client.api.inspect_container(sandbox.container_id)
+    finally:
+        client.close()
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges:true" in host["SecurityOpt"]
+    assert host["PidsLimit"] == 64
+    assert host["Memory"] == 256 * 1024 * 1024
+    assert host["MemorySwap"] == host["Memory"], "no swap beyond the memory limit"
+    assert host["NanoCpus"] == 1_000_000_000
+    assert "/tmp" in host["Tmpfs"]
+    labels = attrs["Config"]["Labels"]
+    assert labels[LABEL_MANAGED] == "true"
+    assert labels[LABEL_RUN] == "test-run"
+    assert labels[LABEL_ENV] == "test-env"
+
+
+def test_sandbox_has_no_network(sandbox: DockerSandbox) -> None:
+    result = sandbox.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"], timeout_s=10)
+    assert result.exit_code == 0
+    assert [line.strip() for line in result.text.split()] == ["lo"]
+
+
+def test_exit_code_and_output(sandbox: DockerSandbox) -> None:
+    result = sandbox.exec(["sh", "-c", "echo out; echo err >&2; exit 7"], timeout_s=10)
+    assert result.exit_code == 7
+    assert "out" in result.text
+    assert "err" in result.text
+    assert not result.timed_out
+    assert result.first_output_s is not None
+
+
+def test_hang_is_killed_at_timeout(sandbox: DockerSandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.exec(["sh", "-c", "sleep 1000 & sleep 1000; wait"], timeout_s=1.5)
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.exit_code is None
+    assert elapsed < 10
+    # the sandbox comes back for the next command, with no trace of the hung processes
+    after = sandbox.exec(["sh", "-c", "ps -eo comm | grep -c '^sleep$' || true"], timeout_s=10)
+    assert after.exit_code == 0
+    assert after.text.strip() == "1", "only the keep-alive sleep remains"
+
+
+def test_output_flood_is_capped_with_bounded_memory(sandbox: DockerSandbox) -> None:
+    tracemalloc.start()
+    try:
+        result = sandbox.exec(["sh", "-c", "head -c 200000000 /dev/zero | tr '\\0' x"],
+                              timeout_s=120, output_limit=64 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0
+    assert result.output.total == 200_000_000
+    assert result.output.truncated
+    assert len(result.output.head) + len(result.output.tail) <= 64 * 1024
+    assert peak < 8 * 1024 * 1024, f"checker memory grew to {peak} bytes"
+    evidence = result.evidence()
+    assert evidence.output_bytes == 200_000_000
+    assert evidence.truncated
+
+
+def test_endless_flood_hits_the_hard_limit(runtime: DockerRuntime) -> None:
+    rt = DockerRuntime(docker.from_env(timeout=30), flood_limit=50 * 1024 * 1024)
+    try:
+        with rt.sandbox(SandboxSpec("flood", IMAGE, "test-run")) as sb:
+            result = sb.exec(["yes"], timeout_s=60)
+            assert result.flooded
+            assert result.duration_s < 30
+            assert sb.exec(["true"], timeout_s=10).exit_code == 0
+    finally:
+        rt.close()
+
+
+def _cgroup_pids(container_id: str) -> int | None:
+    for path in glob.glob(f"/sys/fs/cgroup/pids/**/{container_id}*/pids.current", recursive=True):
+        with open(path) as f:
+            return int(f.read())
+    for path in glob.glob(f"/sys/fs/cgroup/**/*{container_id}*/pids.current", recursive=True):
+        with open(path) as f:
+            return int(f.read())
+    return None
+
+
+def test_fork_bomb_stops_at_pids_limit(sandbox: DockerSandbox) -> None:
+    peak: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            count = _cgroup_pids(sandbox.container_id)
+            if count is not None:
+                peak.append(count)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = sandbox.exec(["bash", "-c", "bomb() { bomb | bomb & }; bomb; sleep 4"],
+                              timeout_s=6)
+    finally:
+        done.set()
+        watcher.join()
+    assert result.timed_out or result.exit_code is not None
+    assert peak, "could not read the container's pids cgroup"
+    assert max(peak) <= 64
+    assert max(peak) >= 32, "the bomb should have reached the ceiling"
+    assert sandbox.exec(["true"], timeout_s=20).exit_code == 0
+
+
+def test_memory_hog_is_killed_not_the_checker(sandbox: DockerSandbox) -> None:
+    result = sandbox.exec(["python3", "-c", "a = bytearray(1024 ** 3); print(len(a))"],
+                          timeout_s=60)
+    assert result.exit_code == 137, result.text
+
+
+def test_tty_round_trip(sandbox: DockerSandbox) -> None:
+    with sandbox.tty(["bash", "-i"], env={"TERM": "xterm"}) as tty:
+        tty.send(b"echo $((6*7))-round-trip\n")
+        assert tty.read_until(b"42-round-trip", 10)
+        assert b"$((6*7))-round-trip" in tty.seen()
+
+
+def test_put_file(sandbox: DockerSandbox) -> None:
+    sandbox.put_file("/var/tmp/envcheck-put.sh", b"echo put-ok\n", mode=0o755)
+    result = sandbox.exec(["sh", "/var/tmp/envcheck-put.sh"], timeout_s=10)
+    assert result.text.strip() == "put-ok"
+    with pytest.raises(ValueError, match="tmpfs"):
+        sandbox.put_file("/tmp/x", b"")
+
+
+def test_missing_image_is_envchecks_error(runtime: DockerRuntime) -> None:
+    with pytest.raises(ImageMissing):
+        runtime.image_digest("envcheck-demo/never-built:latest")
+    with pytest.raises(ImageMissing), runtime.sandbox(
+        SandboxSpec("x", "envcheck-demo/never-built:latest", "test-run")
+    ):
+        pass
+
+
+def test_unreachable_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(EngineUnreachable):
+        DockerRuntime.from_env(timeout_s=3)
+
+
+def test_container_removed_even_when_the_body_raises(runtime: DockerRuntime) -> None:
+    seen: list[str] = []
+    with pytest.raises(RuntimeError), runtime.sandbox(SandboxSpec("x", IMAGE, "raise-run")) as sb:
+        seen.append(sb.container_id)
+        raise RuntimeError("boom")
+    assert seen
+    assert seen[0] not in runtime.containers()
+
+
+def test_capped_output_keeps_head_and_tail() -> None:
+    out = CappedOutput(10)
+    for chunk in (b"abc", b"defgh", b"ijklmnop", b"qrstuvwxyz"):
+        out.feed(chunk)
+    assert out.total == 26
+    assert out.head == b"abcde"
+    assert out.tail == b"vwxyz"
+    assert out.truncated
+    assert "[... 16 bytes dropped ...]" in out.text()
