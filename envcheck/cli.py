@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -40,7 +41,7 @@ def _load(paths: Sequence[Path]) -> Catalogue:
         return load_catalogue(paths)
     except CatalogueError as exc:
         for issue in exc.issues:
-            err.print(f"[red]error[/red] {issue}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[red]error[/red] {escape(str(issue))}", highlight=False, soft_wrap=True)
         err.print(f"{len(exc.issues)} problem(s) in the catalogue")
         raise typer.Exit(EXIT_USAGE) from None
 
