@@ -64,17 +64,15 @@ def _defect(name: str) -> DemoImage:
     return DemoImage(name, parent=TASK_IMAGE, parent_arg="TASK")
 
 
-# Build order: every parent comes before its children.
+# Build order: the task image first, then every other folder of images/demo/ (each a defect
+# built FROM the task image), so adding a demo image is adding a folder.
 FLEET: tuple[DemoImage, ...] = (
     DemoImage("task", parent=None, parent_arg="BASE"),
-    _defect("healthy"),
-    _defect("shell-missing"),
-    _defect("tool-missing"),
-    _defect("workdir-readonly"),
-    _defect("workdir-missing"),
-    _defect("user-missing"),
-    _defect("slow-shell"),
-    _defect("pty-broken"),
+    *(
+        _defect(path.name)
+        for path in sorted(DEMO_DIR.iterdir())
+        if path.name != "task" and (path / "Dockerfile").is_file()
+    ),
 )
 
 
