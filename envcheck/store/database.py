@@ -7,6 +7,9 @@ SQLite is the embedded default; PostgreSQL is for fleets. Connection failures su
 from __future__ import annotations
 
 import os
+import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,9 @@ PG_CONNECT_TIMEOUT_S = 5
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Any constant will do: it only has to be the same in every envcheck process.
 _PG_MIGRATION_LOCK = 0x656E76636865636B  # "envcheck"
+# alembic.context is a module-global proxy: two threads running migrations at once (even on
+# different databases) would swap each other's context mid-run.
+_ALEMBIC_LOCK = threading.Lock()
 
 
 def data_dir() -> Path:
@@ -68,13 +74,27 @@ def redact(url: str | URL) -> str:
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        # WAL lets the dashboard and the API read while the daemon writes; busy_timeout makes
-        # writers from other processes wait instead of failing with "database is locked".
-        cursor.execute("PRAGMA journal_mode=WAL")
+        # busy_timeout makes writers from other processes wait instead of failing with
+        # "database is locked"; WAL lets the dashboard and the API read while the daemon writes.
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        _enable_wal(cursor)
     finally:
         cursor.close()
+
+
+def _enable_wal(cursor: Any) -> None:
+    # Switching a fresh file to WAL needs an exclusive lock, and SQLite reports "locked" at
+    # once (no busy handler) when processes race to do it; retry within the busy timeout.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def create_store_engine(url: str) -> Engine:
@@ -83,13 +103,16 @@ def create_store_engine(url: str) -> Engine:
         parsed = make_url(normalise_url(url))
     except ArgumentError:
         raise StoreError("not a valid database URL (check ENVCHECK_DATABASE_URL)") from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise StoreError(f"unsupported database {backend!r}: use sqlite:// or postgresql://")
     kwargs: dict[str, Any] = {}
-    if parsed.get_backend_name() == "sqlite":
+    if backend == "sqlite":
         # The CLI records results from worker threads; the Store serialises SQLite access.
         kwargs["connect_args"] = {"check_same_thread": False}
         if parsed.database in (None, "", ":memory:"):
             kwargs["poolclass"] = StaticPool  # one shared in-memory database, not one per thread
-    elif parsed.get_backend_name() == "postgresql":
+    else:
         kwargs["pool_pre_ping"] = True
         if "connect_timeout" not in parsed.query:  # a URL's own ?connect_timeout= wins
             kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
@@ -122,7 +145,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def migrate(engine: Engine) -> None:
     """Upgrade the database to the newest schema, in one transaction where the backend can."""
-    with engine.connect() as conn:
-        pass  # _lock_for_migration(conn)
+    with _ALEMBIC_LOCK, engine.connect() as conn:
+        _lock_for_migration(conn)
         command.upgrade(alembic_config(conn), "head")
         conn.commit()

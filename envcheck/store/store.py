@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+from alembic.util import CommandError
 from sqlalchemy import Engine, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,6 +31,8 @@ from envcheck.store.database import create_store_engine, default_database_url, m
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState
 
 __all__ = ["Store", "open_store"]
+
+_UPSERT_BATCH = 500
 
 
 def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
@@ -106,21 +109,28 @@ class Store:
         """Upsert the catalogue's environments: first_seen is kept, the rest refreshed."""
         now = datetime.now(UTC)
         values = [
-            {"id": e.id, "suite": e.suite, "image": e.image, "spec": e.model_dump(mode="json"),
-             "first_seen": now, "last_seen": now}
+            {
+                "id": e.id,
+                "suite": e.suite,
+                "image": e.image,
+                "spec": e.model_dump(mode="json"),
+                "first_seen": now,
+                "last_seen": now,
+            }
             for e in envs
         ]
-        if not values:
-            return
         insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
-        stmt = insert(EnvironmentRow).values(values)
-        # One statement, atomic on both backends: no read-then-write race between processes.
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["id"],
-            set_={k: stmt.excluded[k] for k in ("suite", "image", "spec", "last_seen")},
-        )
         with self._session() as session:
-            session.exec(stmt)
+            # Batches keep each statement under SQLite's limit of bound parameters.
+            for start in range(0, len(values), _UPSERT_BATCH):
+                stmt = insert(EnvironmentRow).values(values[start : start + _UPSERT_BATCH])
+                # One statement per batch, atomic on both backends: no read-then-write race
+                # between processes.
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=["id"],
+                    set_={k: stmt.excluded[k] for k in ("suite", "image", "spec", "last_seen")},
+                )
+                session.exec(stmt)
             session.commit()
 
     def environments(self) -> list[EnvironmentRow]:
@@ -130,8 +140,13 @@ class Store:
     # --- runs ---------------------------------------------------------------------------
 
     def start_run(self, trigger: str, catalogue_files: Sequence[str]) -> str:
-        run = CheckRun(id=uuid.uuid4().hex, trigger=trigger, host=socket.gethostname(),
-                       pid=os.getpid(), catalogue_files=list(catalogue_files))
+        run = CheckRun(
+            id=uuid.uuid4().hex,
+            trigger=trigger,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            catalogue_files=list(catalogue_files),
+        )
         with self._session() as session:
             session.add(run)
             session.commit()
@@ -139,6 +154,10 @@ class Store:
 
     def finish_run(self, run_id: str) -> None:
         self._set_state([run_id], RunState.FINISHED, datetime.now(UTC))
+
+    def interrupt_run(self, run_id: str) -> None:
+        """Mark this process' own run interrupted (Ctrl-C, SIGTERM); results so far stay."""
+        self._set_state([run_id], RunState.INTERRUPTED, datetime.now(UTC))
 
     def interrupt_stale_runs(self) -> list[str]:
         """Mark this host's 'running' runs whose process is gone as 'interrupted'."""
@@ -197,10 +216,14 @@ class Store:
         self, env_ids: Sequence[str] | None = None, kinds: Sequence[ProbeKind] | None = None
     ) -> list[ProbeResult]:
         """The latest result (by started_at, then id) per environment and probe kind."""
-        rank = func.row_number().over(
-            partition_by=(col(ProbeResultRow.env_id), col(ProbeResultRow.kind)),
-            order_by=(col(ProbeResultRow.started_at).desc(), col(ProbeResultRow.id).desc()),
-        ).label("rank")
+        rank = (
+            func.row_number()
+            .over(
+                partition_by=(col(ProbeResultRow.env_id), col(ProbeResultRow.kind)),
+                order_by=(col(ProbeResultRow.started_at).desc(), col(ProbeResultRow.id).desc()),
+            )
+            .label("rank")
+        )
         inner = select(ProbeResultRow, rank)
         if env_ids is not None:
             inner = inner.where(col(ProbeResultRow.env_id).in_(list(env_ids)))
@@ -209,9 +232,7 @@ class Store:
         ranked = inner.subquery()
         latest = aliased(ProbeResultRow, ranked)
         query = (
-            select(latest)
-            .where(ranked.c.rank == 1)
-            .order_by(col(latest.env_id), col(latest.kind))
+            select(latest).where(ranked.c.rank == 1).order_by(col(latest.env_id), col(latest.kind))
         )
         return self._results(query)
 
@@ -240,7 +261,9 @@ class Store:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -252,9 +275,11 @@ def open_store(url: str | None = None) -> Store:
     engine = create_store_engine(url)
     try:
         migrate(engine)
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, CommandError) as exc:
         engine.dispose()
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        if isinstance(exc, CommandError):  # e.g. a revision this envcheck does not know
+            reason += " (was the database migrated by a newer envcheck?)"
         password = engine.url.password
         if password:
             reason = reason.replace(str(password), "***")

@@ -73,7 +73,7 @@ class CheckRun(SQLModel, table=True):
 
     id: str = Field(primary_key=True)
     started_at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
-    # NULL unless the run finished cleanly: an interrupted run's end is unknown.
+    # NULL while running, and for runs found dead by interrupt_stale_runs: their end is unknown.
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     state: str = RunState.RUNNING.value
     trigger: str
