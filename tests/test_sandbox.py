@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import glob
+import socket
 import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -182,6 +184,18 @@ def test_missing_image_is_envchecks_error(runtime: DockerRuntime) -> None:
 def test_unreachable_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(EngineUnreachable):
+        DockerRuntime.from_env(timeout_s=3)
+
+
+def test_stopped_engine_with_stale_socket(monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    """A dead engine leaves its socket file behind: connecting is refused."""
+    path = tmp_path / "docker.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    with pytest.raises(EngineUnreachable, match="unreachable"):
         DockerRuntime.from_env(timeout_s=3)
 
 
