@@ -7,7 +7,7 @@ loading is collected with its file, line and key path, then raised together as o
 Suite ``defaults`` fill what an environment leaves unset, key by key; nested blocks
 (``limits``, ``timeouts``, ``schedules``, ``tests``, ``dependencies``) merge per key; lists
 and free-form mappings (``tools``, ``data_sources``, ``labels``, ``dependencies.python``)
-are replaced whole.
+are replaced whole, and so is ``tests.oracle`` (a script replaces a default path).
 
 Beyond the schema, the loader checks across files: environment, suite and data source ids
 are unique, and every data source an environment uses is defined somewhere.
@@ -23,15 +23,22 @@ import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
+import jsonschema
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
+    field_validator,
+    model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import ErrorDetails
 
 from envcheck.errors import CatalogueError, CatalogueIssue
@@ -39,13 +46,17 @@ from envcheck.results import ProbeKind
 from envcheck.yamlsrc import KeyPath, SourceDoc, load_yaml
 
 __all__ = [
+    "Auth",
     "Catalogue",
     "CatalogueFile",
     "DataSource",
     "DependencySpec",
     "Environment",
     "EnvironmentSettings",
+    "Freshness",
+    "InSandbox",
     "Limits",
+    "Oracle",
     "Schedules",
     "Suite",
     "TestSpec",
@@ -114,65 +125,354 @@ class Schedules(_Model):
     quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined")
 
 
+_PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
+_DEB_VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
+# dpkg's relation operators, named as ``dpkg --compare-versions`` wants them.
+DEB_OPERATORS = {"<<": "lt", "<=": "le", "=": "eq", ">=": "ge", ">>": "gt"}
+_ANY_VERSION = ("", "*")
+# Key of the pydantic validation context naming the catalogue file being loaded.
+CATALOGUE_FILE = "catalogue_file"
+
+
 class DependencySpec(_Model):
+    """What an image promises about its installed software; every spec is checked at load.
+
+    ``python`` specs are PEP 440 (``">=8,<9"``); ``debian`` specs are dpkg relations
+    (``">= 1:2.39, << 3"``); ``""`` or ``"*"`` asks only that the package is installed.
+    """
+
     python: dict[str, str] = Field(default_factory=dict, description="package -> PEP 440 spec")
-    debian: dict[str, str] = Field(default_factory=dict, description="package -> version spec")
+    debian: dict[str, str] = Field(
+        default_factory=dict,
+        description="package -> dpkg relations, comma-separated: '>= 1:2.39, << 3'",
+    )
     executables: dict[str, str | None] = Field(
         default_factory=dict, description="tool -> regex its --version output must match"
     )
     imports: list[str] = Field(default_factory=list, description="modules that must import")
     pip_check: bool = True
-    python_bin: str = "python3"
+    python_bin: str = Field("python3", pattern=r"^\S+$")
     lock: str | None = Field(None, description="pip freeze lock file, relative to the catalogue")
+    # Set by the loader, never written: the lock resolved against the file that declares it
+    # (excluded from dumps, so spec hashes do not depend on the checkout's location), and a
+    # digest of its content (a new lock is a new spec; evidence starts fresh).
+    lock_path: SkipJsonSchema[str | None] = Field(None, exclude=True)
+    lock_sha256: SkipJsonSchema[str | None] = None
+
+    @field_validator("python")
+    @classmethod
+    def _python_specs(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            if not _PY_NAME.match(name):
+                raise ValueError(f"python: {name!r} is not a valid package name")
+            python_specifier(spec, name)
+        return value
+
+    @field_validator("debian")
+    @classmethod
+    def _debian_specs(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            if not _DEB_NAME.match(name):
+                raise ValueError(f"debian: {name!r} is not a valid package name")
+            debian_relations(spec, name)
+        return value
+
+    @field_validator("executables")
+    @classmethod
+    def _regexes(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for tool, pattern in value.items():
+            if not tool or any(c.isspace() for c in tool):
+                raise ValueError(f"executables: {tool!r} is not a command name")
+            if pattern is not None:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"executables.{tool}: invalid regex: {exc}") from None
+        return value
+
+    @field_validator("imports")
+    @classmethod
+    def _modules(cls, value: list[str]) -> list[str]:
+        for module in value:
+            if not _MODULE.match(module):
+                raise ValueError(f"imports: {module!r} is not a dotted module name")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_lock(cls, data: Any, info: ValidationInfo) -> Any:
+        file = (info.context or {}).get(CATALOGUE_FILE)
+        if file is None or not isinstance(data, dict):
+            return data  # not loading a file (e.g. a merge of loaded models): keep as is
+        if "lock_path" in data or "lock_sha256" in data:
+            raise ValueError("lock_path and lock_sha256 are set by envcheck; write 'lock'")
+        lock = data.get("lock")
+        if isinstance(lock, str):
+            path = Path(file).resolve().parent / lock
+            try:
+                digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:  # not written yet (envcheck snapshot writes it): the probe says so
+                digest = None
+            return {**data, "lock_path": str(path), "lock_sha256": digest}
+        if "lock" in data:  # an explicit null also drops a lock the suite defaults set
+            return {**data, "lock_path": None, "lock_sha256": None}
+        return data
+
+
+def python_specifier(spec: str, name: str = "") -> SpecifierSet | None:
+    """A PEP 440 specifier set; None for "any version" (``""`` or ``"*"``)."""
+    if spec.strip() in _ANY_VERSION:
+        return None
+    try:
+        return SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise ValueError(f"python.{name}: {spec!r} is not a PEP 440 specifier "
+                         f"(e.g. '>=8,<9', '==1.2.*')") from None
+
+
+def debian_relations(spec: str, name: str = "") -> list[tuple[str, str]]:
+    """``">= 1:2.39, << 3"`` -> [(">=", "1:2.39"), ("<<", "3")]; [] for any version."""
+    if spec.strip() in _ANY_VERSION:
+        return []
+    relations: list[tuple[str, str]] = []
+    for clause in spec.split(","):
+        match = re.match(r"^\s*(<<|<=|=|>=|>>)\s*(\S+)\s*$", clause)
+        if not match or not _DEB_VERSION.match(match.group(2)):
+            raise ValueError(f"debian.{name}: {clause.strip()!r} is not a dpkg relation "
+                             f"(use {', '.join(DEB_OPERATORS)} and a version, e.g. '>= 1:2.39')")
+        relations.append((match.group(1), match.group(2)))
+    return relations
 
 
 class Oracle(_Model):
-    script: str | None = Field(None, description="shell script run in the workdir")
-    path: str | None = Field(None, description="script already in the image")
+    """The reference solution: exactly one of ``script`` or ``path``."""
+
+    merge_whole: ClassVar[bool] = True  # an environment's oracle replaces the default's
+
+    script: str | None = Field(None, description="script copied into the sandbox and run in the "
+                               "workdir as the sandbox user (by the declared shell, or by its "
+                               "own #! line)")
+    path: str | None = Field(None, pattern=r"^/", description="script already in the image, "
+                             "run in the workdir as the sandbox user")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Oracle:
+        if (self.script is None) == (self.path is None):
+            raise ValueError("set exactly one of oracle.script or oracle.path")
+        return self
+
+
+# 8 positive runs: a test failing 1 run in 3 is seen both ways with probability
+# 1 - (2/3)^8 - (1/3)^8 = 96.1% (97.4% for a pass-to-pass test, whose negative-control outcome
+# is a 9th observation); 3 runs, the public practice, catch it only 67% of the time.
+DEFAULT_RERUNS = 8
 
 
 class TestSpec(_Model):
+    """How to run an environment's tests, and what they must show (the ``tests`` probe)."""
+
     __test__: ClassVar[bool] = False  # not a pytest test class, though its name says so
 
-    command: str = Field(description="runs the tests; must write JUnit XML to junit_path")
-    junit_path: str = "/tmp/envcheck-junit.xml"
-    fail_to_pass: list[str] = Field(default_factory=list)
-    pass_to_pass: list[str] = Field(default_factory=list)
-    oracle: Oracle | None = None
-    reruns: int = Field(3, ge=1, le=50)
-    shuffle: bool = True
-    timeout_s: Seconds = 300.0
+    command: str = Field(description=(
+        "shell command run by the declared shell, in the workdir, as the sandbox user; it must "
+        "write a JUnit XML report to junit_path. '{tests}' in it is replaced by the test ids of "
+        "the run (fail_to_pass + pass_to_pass), shell-quoted, in the run's order, and "
+        "'{junit}' by junit_path; the same come in $ENVCHECK_TEST_IDS (one id per line, in "
+        "order) and $ENVCHECK_JUNIT. A command that takes neither runs its own selection in "
+        "its own order, so shuffling cannot reveal order dependence."))
+    junit_path: str = Field("/tmp/envcheck-junit.xml", pattern=r"^/", description=(
+        "the JUnit XML report the command writes; removed before each run, read back with a "
+        "size cap"))
+    fail_to_pass: list[str] = Field(default_factory=list, description=(
+        "tests that must fail without the oracle and pass after it: pytest node ids "
+        "(tests/test_x.py::TestClass::test_y[param]) or, for any JUnit runner, "
+        "'classname::name'"))
+    pass_to_pass: list[str] = Field(default_factory=list, description=(
+        "tests that must pass both without and after the oracle"))
+    oracle: Oracle | None = Field(None, description="the reference solution (positive control)")
+    reruns: int = Field(DEFAULT_RERUNS, ge=1, le=50, description=(
+        "runs of the positive control, each in a fresh container: the first in the declared "
+        "order, the rest shuffled (if shuffle); any disagreement between runs is flaky. "
+        f"{DEFAULT_RERUNS} catch a test failing 1 run in 3 with >= 95% probability"))
+    shuffle: bool = Field(True, description="shuffle the test order of every rerun after the "
+                          "first, to reveal order dependence")
+    timeout_s: Seconds = Field(300.0, description=(
+        "one run of the command (or of the oracle); a run past it is killed, the probe "
+        "reports timeout and skips the remaining runs"))
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> TestSpec:
+        for name, ids in (("fail_to_pass", self.fail_to_pass),
+                          ("pass_to_pass", self.pass_to_pass)):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            if twice:
+                raise ValueError(f"{name} lists {', '.join(twice)} more than once")
+        both = sorted(set(self.fail_to_pass) & set(self.pass_to_pass))
+        if both:
+            raise ValueError(f"in both fail_to_pass and pass_to_pass: {', '.join(both)}")
+        return self
+
+
+_ENV_VAR = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_HEADER = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # an HTTP token (RFC 9110)
+_NETWORK = re.compile(r"^(container:)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Network modes an in-sandbox probe may not use: the probe must never widen what a sandbox
+# reaches beyond the network the catalogue names for it.
+_RESERVED_NETWORKS = {
+    "none": "has no network at all",
+    "bridge": "is Docker's default network",
+    "default": "is Docker's default network",
+    "host": "is the host's own network (no isolation)",
+}
 
 
 class Auth(_Model):
-    header: str = "Authorization"
-    scheme: str = "Bearer"
-    env: str | None = Field(None, description="environment variable holding the secret")
-    file: str | None = Field(None, description="file holding the secret")
+    """A data source's secret: read at probe time from an environment variable or a file
+    (exactly one), sent in a header or a query parameter; never stored, logged or shown."""
+
+    env: str | None = Field(None, pattern=_ENV_VAR,
+                            description="environment variable holding the secret")
+    file: str | None = Field(None, pattern=r"^/", description="file holding the secret "
+                             "(surrounding whitespace dropped), e.g. /run/secrets/weather")
+    header: str = Field("Authorization", pattern=_HEADER, description="header carrying it")
+    scheme: str = Field("Bearer", pattern=r"^[A-Za-z0-9._~+/-]*$", description=(
+        "prefix of the header value: 'Bearer', 'Basic' (the secret is 'user:password', "
+        "base64-encoded for you) or '' to send the secret as it is"))
+    query: str | None = Field(None, min_length=1, description=(
+        "send the secret as this query parameter instead of a header"))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Auth:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("set exactly one of auth.env or auth.file (a secret is never "
+                             "written in the catalogue)")
+        return self
 
 
 class Freshness(_Model):
-    field: str = Field(description="dotted path to a timestamp in the JSON body")
-    max_age_s: Seconds
+    """A timestamp in the JSON body that must be recent: ISO 8601 (without an offset: UTC)
+    or seconds since the epoch."""
+
+    field: str = Field(pattern=r"^[^.\s]+(\.[^.\s]+)*$", description=(
+        "dotted path to the timestamp, list items by index: 'meta.updated_at', 'items.0.ts'"))
+    max_age_s: Seconds = Field(description="older than this is stale_data")
+
+
+def _in_sandbox(value: Any) -> Any:
+    if value is True:  # the short form would leave the network to chance: say what to write
+        raise ValueError("in-sandbox probing needs the Docker network to attach its probe "
+                         "container to: {network: 'container:NAME'} or {network: USER_NETWORK}")
+    return None if value is False else value
+
+
+class InSandbox(_Model):
+    """Probe from inside a short-lived container of the environment's image, attached to the
+    network named here; every other sandbox keeps network ``none``."""
+
+    network: str = Field(description=(
+        "Docker network mode of the probe container: 'container:NAME' (share that "
+        "container's network namespace, e.g. an egress proxy's) or a user-defined network"))
+
+    @field_validator("network")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if value in _RESERVED_NETWORKS:
+            raise ValueError(f"network {value!r} {_RESERVED_NETWORKS[value]}: name the "
+                             "network the sandbox is meant to use ('container:NAME' or a "
+                             "user-defined network)")
+        if not _NETWORK.match(value):
+            raise ValueError(f"network {value!r} is not 'container:NAME' or a network name")
+        return value
+
+
+InSandboxOption = Annotated[InSandbox | None, BeforeValidator(_in_sandbox)]
 
 
 class DataSource(_Model):
+    """A data API that environments call; the ``datasource`` probe samples it."""
+
     id: Ident
+    description: str = ""
     method: Literal["GET", "POST", "HEAD"] = "GET"
     url: str = Field(pattern=r"^https?://")
     headers: dict[str, str] = Field(default_factory=dict)
     query: dict[str, str] = Field(default_factory=dict)
+    body: Any = Field(None, description="JSON request body (POST only)")
     auth: Auth | None = None
     expected_status: int = Field(200, ge=100, le=599)
-    json_schema: dict[str, Any] | None = Field(None, alias="schema")
-    latency_budget_ms: float = Field(1000.0, gt=0)
+    format: Literal["json", "any"] = Field("json", description=(
+        "'json': the body must be JSON (schema, freshness and drift checks need it); "
+        "'any': only the status and the latency are checked"))
+    json_schema: dict[str, Any] | None = Field(None, alias="schema", description=(
+        "JSON Schema the body must validate against (draft 2020-12 unless $schema says "
+        "otherwise)"))
     freshness: Freshness | None = None
-    samples: int = Field(5, ge=1, le=1000)
+    latency_budget_ms: float = Field(1000.0, gt=0, description=(
+        "the p95 latency of the samples must stay under it, else slow_response"))
+    samples: int = Field(5, ge=1, le=1000, description="requests per probe")
     connect_timeout_s: Seconds = 3.0
-    read_timeout_s: Seconds = 10.0
+    read_timeout_s: Seconds = Field(10.0, description=(
+        "for the first byte of the answer, and again for the whole body"))
+    retries: int = Field(3, ge=0, le=10, description=(
+        "retries per sample of a transient failure (timeouts, resets, refused, 5xx, 429)"))
+    retry_budget_s: Seconds = Field(10.0, description=(
+        "waiting between retries, Retry-After included, one probe of the source may spend"))
+    max_body_kb: int = Field(1024, ge=1, le=256 * 1024, description="larger bodies are "
+                             "body_too_large (and not read further)")
+    verify_tls: bool = True
+    ca_bundle: str | None = Field(None, pattern=r"^/", description=(
+        "PEM file of the certificate authorities to trust instead of the system's"))
+    in_sandbox: InSandboxOption = None
     schedule: Seconds | None = 300.0
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not re.match(_HEADER, name) or any(c in text for c in "\r\n\0"):
+                raise ValueError(f"headers: {name!r} is not a valid header (name: a token; "
+                                 "value: one line)")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str) -> str:
+        if urlsplit(value).password is not None:
+            raise ValueError("a password in the URL would be written in the catalogue: "
+                             "use auth (env or file)")
+        return value
+
+    @field_validator("json_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                jsonschema.validators.validator_for(value).check_schema(value)
+            except jsonschema.SchemaError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+                raise ValueError(f"not a valid JSON Schema ({where}): {exc.message}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DataSource:
+        if (self.method == "HEAD" or self.format == "any") and (
+            self.json_schema is not None or self.freshness is not None
+        ):
+            raise ValueError("schema and freshness need a JSON body (format: json, not HEAD)")
+        if self.body is not None and self.method != "POST":
+            raise ValueError(f"a request body needs method POST, not {self.method}")
+        if self.auth is not None and self.auth.query is not None and (
+            self.auth.query in self.query or f"{self.auth.query}=" in self.url
+        ):
+            raise ValueError(f"query parameter {self.auth.query!r} is both auth.query and "
+                             "set in the catalogue")
+        if not self.verify_tls and self.ca_bundle is not None:
+            raise ValueError("ca_bundle has no effect with verify_tls: false")
+        return self
 
 
 class EnvironmentSettings(_Model):
@@ -188,6 +488,8 @@ class EnvironmentSettings(_Model):
     dependencies: DependencySpec | None = None
     tests: TestSpec | None = None
     data_sources: list[Ident] = Field(default_factory=list)
+    data_sources_in_sandbox: InSandboxOption = Field(None, description=(
+        "probe this environment's data sources from inside its image, on this network"))
     labels: dict[str, str] = Field(default_factory=dict)
 
 
@@ -214,7 +516,7 @@ _SPEC_FIELDS: dict[ProbeKind, set[str]] = {
     ProbeKind.TERMINAL: _BASE_FIELDS | {"tools", "timeouts"},
     ProbeKind.DEPENDENCIES: _BASE_FIELDS | {"dependencies"},
     ProbeKind.TESTS: _BASE_FIELDS | {"tests"},
-    ProbeKind.DATASOURCE: {"data_sources"},
+    ProbeKind.DATASOURCE: {"data_sources", "data_sources_in_sandbox"},
 }
 
 
@@ -277,7 +579,8 @@ def _merge(base: M, over: M) -> M:
     for name in type(base).model_fields:
         mine, theirs = getattr(over, name), getattr(base, name)
         if name in over.model_fields_set:
-            if isinstance(mine, BaseModel) and isinstance(theirs, BaseModel):
+            if (isinstance(mine, BaseModel) and isinstance(theirs, BaseModel)
+                    and not getattr(mine, "merge_whole", False)):
                 mine = _merge(theirs, mine)
             values[name] = mine
         elif name in base.model_fields_set:
@@ -333,7 +636,8 @@ def _validate(doc: SourceDoc) -> CatalogueFile | None:
         return None
     try:
         # by_name=False: the file must use the documented key (``schema``), not the field name.
-        parsed = CatalogueFile.model_validate(doc.data, by_alias=True, by_name=False)
+        parsed = CatalogueFile.model_validate(doc.data, by_alias=True, by_name=False,
+                                              context={CATALOGUE_FILE: doc.file})
     except ValidationError as exc:
         for err in exc.errors():
             loc: KeyPath = tuple(err["loc"])
@@ -537,7 +841,14 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
             continue
         sources.extend(parsed.data_sources)
         for suite_id, entry in parsed.suites.items():
-            environments.extend(_resolve(suite_id, entry.defaults, e) for e in entry.environments)
+            for i, env_entry in enumerate(entry.environments):
+                try:
+                    environments.append(_resolve(suite_id, entry.defaults, env_entry))
+                except ValidationError as exc:  # defaults + entry conflict (cross-field rules)
+                    where: KeyPath = ("suites", suite_id, "environments", i)
+                    doc.issues.extend(doc.issue((*where, *e["loc"]), "with the suite "
+                                                f"defaults applied: {_message(e)}")
+                                      for e in exc.errors())
             suites.append(Suite(id=suite_id, description=entry.description,
                                 allow_degraded=entry.allow_degraded,
                                 environment_ids=tuple(e.id for e in entry.environments),

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,11 +19,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envcheck.catalogue import Catalogue, CatalogueFile, Environment, load_catalogue
+from envcheck.cli_feed import gate, quarantine_app
 from envcheck.errors import CatalogueError, EngineUnreachable, StoreError
+from envcheck.feed import Previous, previous_statuses
 from envcheck.kinds import available_kinds
 from envcheck.results import ProbeKind, ProbeResult, Status
-from envcheck.runner import ResultSink, run_cycle, unchecked
+from envcheck.runner import ResultSink, Services, run_cycle, unchecked
 from envcheck.sandbox.docker import DockerRuntime
+
+if TYPE_CHECKING:
+    from envcheck.store import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -139,19 +144,23 @@ def check(
     signal.signal(signal.SIGTERM, _raise_on_term)
     with store:
         store.interrupt_stale_runs()
+        store.sync_suites(catalogue.suites)
         store.sync_environments(envs)
+        before = previous_statuses(store.latest_results([e.id for e in envs]))
         run_id = store.start_run("cli", list(catalogue.files))
 
         def record(result: ProbeResult) -> None:
             store.record(run_id, result)
 
         try:
-            results = _run(envs, kinds, run_id, record, concurrency, as_json)
+            results = _run(envs, kinds, run_id, record, concurrency, as_json,
+                           _services(catalogue, store))
         except KeyboardInterrupt:
             store.interrupt_run(run_id)
             err.print("interrupted: in-flight probes finished, their containers removed")
             raise typer.Exit(130) from None
         store.finish_run(run_id)
+        _assess(store, run_id, envs, results, before)
     if as_json:
         err.print(_summary(results))
     else:
@@ -159,8 +168,29 @@ def check(
     raise typer.Exit(exit_code(results))
 
 
+def _assess(store: Store, run_id: str, envs: list[Environment],
+            results: list[ProbeResult], before: Previous) -> None:
+    """Turn the cycle into states and quarantine, unless it was an infrastructure incident."""
+    from envcheck.feed import assess_cycle
+
+    outcome = assess_cycle(store, run_id, envs, results, before)
+    if outcome.incident is not None:
+        err.print(f"[yellow]incident[/yellow] {escape(outcome.incident[3])}: no state changes")
+    for transition in outcome.transitions:
+        err.print(f"{transition.env_id}: {transition.old_state} -> {transition.new_state}"
+                  f"{' (quarantined)' if transition.quarantined else ''}", highlight=False)
+
+
+def _services(catalogue: Catalogue, store: Store) -> Services:
+    """The cycle's injected collaborators: the composition root of a check cycle."""
+    from envcheck.kinds.datasource import DataSourceChecker
+
+    return {DataSourceChecker: DataSourceChecker(catalogue.data_sources, store)}
+
+
 def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
-         record: ResultSink | None, concurrency: int, as_json: bool) -> list[ProbeResult]:
+         record: ResultSink | None, concurrency: int, as_json: bool,
+         services: Services | None = None) -> list[ProbeResult]:
     progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
                         console=err, transient=True)
@@ -185,9 +215,110 @@ def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
     with progress:
         try:
             runtime.reap()
-            return run_cycle(envs, kinds, runtime, run_id, sink, concurrency)
+            return run_cycle(envs, kinds, runtime, run_id, sink, concurrency, services)
         finally:
             runtime.close()
+
+
+@app.command()
+def snapshot(
+    paths: Annotated[Path, typer.Argument(metavar="CATALOGUE", help="catalogue file or folder")],
+    env_id: Annotated[str, typer.Argument(metavar="ENV", help="environment id")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="lock file to write (default: the lock the environment "
+                               "declares, else <catalogue dir>/locks/<env>.txt)")] = None,
+) -> None:
+    """Record an environment's installed Python packages as a pip-freeze lock file."""
+    import os
+
+    from envcheck.errors import InfraError, SandboxStartFailed
+    from envcheck.kinds.dependencies import SnapshotFailed, take_snapshot
+    from envcheck.kinds.deplock import format_lock
+    from envcheck.runner import new_run_id
+    from envcheck.sandbox.base import SandboxSpec
+
+    catalogue = _load([paths])
+    [env] = _select(catalogue, [env_id])
+    deps = env.dependencies
+    if output is None:
+        output = (Path(deps.lock_path) if deps is not None and deps.lock_path else
+                  Path(catalogue.suite(env.suite).file).parent / "locks" / f"{env.id}.txt")
+    try:
+        runtime = DockerRuntime.from_env()
+    except EngineUnreachable as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_INFRA) from None
+    try:
+        runtime.reap()
+        digest = runtime.image_digest(env.image)
+        spec = SandboxSpec(env_id=env.id, image=env.image, run_id=new_run_id(),
+                           limits=env.limits, start_timeout_s=env.timeouts.start_s)
+        with runtime.sandbox(spec) as sandbox:
+            snap = take_snapshot(sandbox, env)
+    except InfraError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))} (envcheck could not snapshot {env.id})")
+        raise typer.Exit(EXIT_INFRA) from None
+    except (SandboxStartFailed, SnapshotFailed) as exc:
+        err.print(f"[red]error[/red] {env.id}: {escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+    finally:
+        runtime.close()
+    text = format_lock(snap.packages, [
+        f"envcheck snapshot of {env.id}: {env.image} ({digest})",
+        f"python {snap.python_version}, {len(snap.packages)} packages, as user {env.user}",
+    ])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(f".{output.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, output)  # a reader never sees half a lock
+    err.print(f"{len(snap.packages)} packages of {env.id} (python {snap.python_version})")
+    out.print(str(output), highlight=False, soft_wrap=True)
+
+
+@app.command("accept-schema")
+def accept_schema(
+    paths: Annotated[Path, typer.Argument(metavar="CATALOGUE", help="catalogue file or folder")],
+    source_id: Annotated[str, typer.Argument(metavar="SOURCE", help="data source id")],
+    actor: Annotated[str | None, typer.Option(help="who accepts (default: your user)")] = None,
+    database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
+                                                 help="store URL (default: SQLite)")] = None,
+) -> None:
+    """Accept the latest observed response shape of a data source (ends its schema_drift)."""
+    import getpass
+
+    from envcheck.kinds.fingerprint import changes
+    from envcheck.store import open_store
+
+    catalogue = _load([paths])
+    if source_id not in {s.id for s in catalogue.data_sources}:
+        err.print(f"[red]error[/red] unknown data source {source_id!r}")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        store = open_store(database)
+    except StoreError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_INFRA) from None
+    with store:
+        before, latest = store.accepted_shape(source_id), store.latest_shape(source_id)
+        if latest is None:
+            err.print(f"[red]error[/red] no answer of {source_id} observed yet: run "
+                      "`envcheck check --probe datasource` first")
+            raise typer.Exit(EXIT_USAGE)
+        if before is not None and before.fingerprint == latest.fingerprint:
+            out.print(f"{source_id}: shape {latest.fingerprint} is already accepted "
+                      f"(by {before.accepted_by})", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_OK)
+        row = store.accept_shape(source_id, actor or getpass.getuser(), latest.fingerprint)
+    for change in changes(before.shape, row.shape) if before is not None else []:
+        out.print(f"  {change}", highlight=False, soft_wrap=True)
+    at = row.accepted_at.isoformat(timespec="seconds") if row.accepted_at else "?"
+    out.print(f"{source_id}: accepted shape {row.fingerprint} (last seen "
+              f"{row.last_seen.isoformat(timespec='seconds')}) by {row.accepted_by} at {at}",
+              highlight=False, soft_wrap=True)
+
+
+app.command()(gate)
+app.add_typer(quarantine_app, name="quarantine")
 
 
 def main() -> None:

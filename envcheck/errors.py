@@ -8,13 +8,14 @@
     └── InfraError                          envcheck's infrastructure failed; maps to Status.ERROR
         ├── EngineUnreachable               the Docker engine does not answer
         ├── ImageMissing (LookupError)      the image is not present on the host
-        └── SandboxFailed                   a container could not be created or died under us
+        ├── SandboxFailed                   a container could not be created or died under us
+        └── SecretUnavailable               a data source's secret env var or file is missing
     SandboxStartFailed                      the *image* cannot start a container: an environment
                                             verdict in transit, turned into a result by the probe
                                             base and never raised past it
 
 Third-party errors (docker, requests) are translated into these, or into reason codes,
-at one boundary per backend (``envcheck.sandbox.docker``), never deeper.
+at one boundary per backend (``envcheck.sandbox.docker``, ``envcheck.http``), never deeper.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "InfraError",
     "SandboxFailed",
     "SandboxStartFailed",
+    "SecretUnavailable",
     "StoreError",
 ]
 
@@ -81,6 +83,12 @@ class ImageMissing(InfraError, LookupError):
 
 class SandboxFailed(InfraError):
     reason = Reason.CHECKER_CRASHED
+
+
+class SecretUnavailable(InfraError):
+    """A deployment problem (the secret was not provided), never the environment's fault."""
+
+    reason = Reason.SECRET_UNAVAILABLE
 
 
 class SandboxStartFailed(EnvcheckError):

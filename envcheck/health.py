@@ -199,7 +199,12 @@ class EnvHealth:
     @property
     def reason(self) -> str:
         worst = [k for k in self.kinds.values() if k.state == self.state and k.failures]
-        return f"{worst[0].kind}: {worst[0].reason}" if worst else str(Reason.OK)
+        if worst:
+            return f"{worst[0].kind}: {worst[0].reason}"
+        if self.state is EnvState.UNKNOWN:
+            todo = [str(k.kind) for k in self.kinds.values() if k.state is EnvState.UNKNOWN]
+            return f"not yet validated: {', '.join(todo)}" if todo else "no probe applies"
+        return str(Reason.OK)
 
 
 def assess_env(env_id: str, kinds: Sequence[ProbeKind],

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "DEGRADED_REASONS",
     "REASON_DOCS",
     "CommandEvidence",
     "ProbeKind",
@@ -66,9 +67,11 @@ class Reason(StrEnum):
     VERSION_DRIFT = "version_drift"
     IMPORT_BROKEN = "import_broken"
     REQUIREMENTS_CONFLICT = "requirements_conflict"
+    LOCK_UNREADABLE = "lock_unreadable"  # status ERROR: the catalogue's lock, not the image
     # test-case validity
     F2P_PASSES_BEFORE_ORACLE = "f2p_passes_before_oracle"
     ORACLE_DOES_NOT_FIX = "oracle_does_not_fix"
+    ORACLE_FAILED = "oracle_failed"
     P2P_BROKEN = "p2p_broken"
     ORDER_DEPENDENT = "order_dependent"
     NONDETERMINISTIC = "nondeterministic"
@@ -89,11 +92,17 @@ class Reason(StrEnum):
     SCHEMA_DRIFT = "schema_drift"
     STALE_DATA = "stale_data"
     SLOW_RESPONSE = "slow_response"
+    UNREACHABLE = "unreachable"
+    UNEXPECTED_STATUS = "unexpected_status"
+    BODY_TOO_LARGE = "body_too_large"
+    # degraded: status PASS, but the evidence is weaker than a clean pass (see DEGRADED_REASONS)
+    RECOVERED_AFTER_RETRY = "recovered_after_retry"
     # envcheck's own failures (status ERROR only)
     ENGINE_UNREACHABLE = "engine_unreachable"
     IMAGE_MISSING = "image_missing"
     CHECKER_OOM = "checker_oom"
     CHECKER_CRASHED = "checker_crashed"
+    SECRET_UNAVAILABLE = "secret_unavailable"
     INTERRUPTED = "interrupted"
 
 
@@ -117,8 +126,11 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.VERSION_DRIFT: "an installed version does not satisfy the declared specifier or lock",
     Reason.IMPORT_BROKEN: "a declared module fails to import in a fresh interpreter",
     Reason.REQUIREMENTS_CONFLICT: "the installed packages have conflicting requirements",
+    Reason.LOCK_UNREADABLE: "the declared lock file is missing or malformed "
+                            "(not the environment's fault)",
     Reason.F2P_PASSES_BEFORE_ORACLE: "a fail-to-pass test passes with no fix: rewards a no-op",
     Reason.ORACLE_DOES_NOT_FIX: "after the oracle solution a fail-to-pass test still fails",
+    Reason.ORACLE_FAILED: "the oracle solution itself failed: exited non-zero or did not start",
     Reason.P2P_BROKEN: "a pass-to-pass test fails",
     Reason.ORDER_DEPENDENT: "test outcomes change only with the test order",
     Reason.NONDETERMINISTIC: "reruns of the same tests disagree: random rewards",
@@ -138,12 +150,26 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.SCHEMA_DRIFT: "the response's structure changed since the accepted fingerprint",
     Reason.STALE_DATA: "the freshness field is older than allowed",
     Reason.SLOW_RESPONSE: "responses are slower than the latency budget",
+    Reason.UNREACHABLE: "the data source's host could not be reached (name not resolved, "
+                        "no route, network unreachable)",
+    Reason.UNEXPECTED_STATUS: "the status is not the expected one, nor a 4xx or 5xx "
+                              "(e.g. a redirect)",
+    Reason.BODY_TOO_LARGE: "the body is larger than the data source's max_body_kb",
+    Reason.RECOVERED_AFTER_RETRY: "passed, but only after retrying transient failures "
+                                  "(degraded)",
     Reason.ENGINE_UNREACHABLE: "the Docker engine did not answer (not the environment's fault)",
     Reason.IMAGE_MISSING: "the image is not on this host (not the environment's fault)",
     Reason.CHECKER_OOM: "envcheck's checker ran out of memory (not the environment's fault)",
     Reason.CHECKER_CRASHED: "envcheck itself failed while probing (not the environment's fault)",
+    Reason.SECRET_UNAVAILABLE: "a data source's secret (env var or file) is missing or empty "
+                               "(not the environment's fault)",
     Reason.INTERRUPTED: "the check run was interrupted before the probe finished",
 }
+
+
+_OK_REASONS = frozenset({Reason.OK, Reason.NOT_APPLICABLE})
+# The only reasons a ``pass`` may carry besides ``ok``: it passed, but not cleanly.
+DEGRADED_REASONS = frozenset({Reason.RECOVERED_AFTER_RETRY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +204,21 @@ class ProbeResult:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        ok_reasons = (Reason.OK, Reason.NOT_APPLICABLE)
-        if (self.status in (Status.PASS, Status.SKIP)) != (self.reason in ok_reasons):
+        passing = self.status in (Status.PASS, Status.SKIP)
+        if passing != (self.reason in _OK_REASONS | DEGRADED_REASONS) or (
+            self.reason in DEGRADED_REASONS and self.status is not Status.PASS
+        ):
             raise ValueError(f"status {self.status} does not go with reason {self.reason}")
 
     @property
     def ok(self) -> bool:
         return self.status is Status.PASS
+
+    @property
+    def degraded(self) -> bool:
+        """A pass on weaker evidence (e.g. only after retries): the health model may count
+        it as ``degraded`` rather than ``healthy``."""
+        return self.status is Status.PASS and self.reason in DEGRADED_REASONS
 
     def to_json(self) -> dict[str, Any]:
         """The line format of ``envcheck check --json``."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
+from typing import Any
 
 from envcheck.catalogue import Environment
 from envcheck.errors import InfraError
@@ -17,11 +18,13 @@ from envcheck.kinds import ProbeContext, Verdict, load_probe
 from envcheck.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.sandbox.base import SandboxRuntime
 
-__all__ = ["ResultSink", "check_environment", "new_run_id", "run_cycle", "unchecked"]
+__all__ = ["ResultSink", "Services", "check_environment", "new_run_id", "run_cycle", "unchecked"]
 
 log = logging.getLogger(__name__)
 
 ResultSink = Callable[[ProbeResult], None]
+# Cycle-wide collaborators by type, built by the composition root (see ProbeContext.service).
+Services = Mapping[type[Any], object]
 
 
 def new_run_id() -> str:
@@ -41,7 +44,8 @@ def unchecked(envs: Sequence[Environment], kinds: Sequence[ProbeKind],
 
 
 def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: SandboxRuntime,
-                      run_id: str, sink: ResultSink | None = None) -> list[ProbeResult]:
+                      run_id: str, sink: ResultSink | None = None,
+                      services: Services | None = None) -> list[ProbeResult]:
     """Run ``kinds`` on one environment; read-only probes share one container."""
     results: list[ProbeResult] = []
 
@@ -57,7 +61,7 @@ def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: San
             emit(result)
         return results
     with ExitStack() as stack:
-        ctx = ProbeContext(env, run_id, runtime, digest, stack)
+        ctx = ProbeContext(env, run_id, runtime, digest, stack, services)
         for kind in kinds:
             emit(load_probe(kind).run(ctx))
     return results
@@ -65,12 +69,12 @@ def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: San
 
 def run_cycle(envs: Sequence[Environment], kinds: Sequence[ProbeKind], runtime: SandboxRuntime,
               run_id: str, sink: ResultSink | None = None,
-              concurrency: int = 2) -> list[ProbeResult]:
+              concurrency: int = 2, services: Services | None = None) -> list[ProbeResult]:
     """Check environments ``concurrency`` at a time; ``sink`` sees results as they come."""
     results: list[ProbeResult] = []
     pool = ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="envcheck")
     try:
-        futures = [pool.submit(check_environment, env, kinds, runtime, run_id, sink)
+        futures = [pool.submit(check_environment, env, kinds, runtime, run_id, sink, services)
                    for env in envs]
         for future in as_completed(futures):
             results.extend(future.result())

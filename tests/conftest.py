@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,10 @@ from envcheck.sandbox.docker import DockerRuntime
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "probes" / "demo.yaml"
+# Every container this session starts (in-process or through the CLI) carries this tag, so
+# the leak check sees only ours even when other envcheck processes share the engine.
+SESSION_TAG = f"pytest-{uuid.uuid4().hex[:12]}"
+os.environ["ENVCHECK_CONTAINER_TAG"] = SESSION_TAG
 
 
 def envcheck_cmd() -> list[str]:
@@ -47,7 +52,7 @@ def no_container_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     rt = DockerRuntime.from_env()
     try:
-        left = rt.containers()
+        left = rt.containers(SESSION_TAG)
     finally:
         rt.close()
     assert left == [], f"envcheck containers left behind: {left}"

@@ -8,9 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import docker
 import pytest
 
-from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.docker import LABEL_OWNER, DockerRuntime
 from envcheck.store import open_store
 from tests.conftest import DEMO, envcheck_cmd
 
@@ -28,7 +29,7 @@ def json_lines(stdout: str) -> list[dict[str, object]]:
 
 
 def test_healthy_exits_zero_and_stores(cli_env: dict[str, str], data_dir: Path) -> None:
-    proc = run_check(cli_env, "--env", "demo-healthy", "--json")
+    proc = run_check(cli_env, "--env", "demo-healthy", "--probe", "terminal", "--json")
     assert proc.returncode == 0, proc.stderr
     [line] = json_lines(proc.stdout)
     assert set(line) >= {"env", "probe", "status", "reason", "duration_s", "image_digest",
@@ -50,7 +51,7 @@ def test_failure_exits_one(cli_env: dict[str, str]) -> None:
 
 
 def test_missing_image_exits_three_not_one(cli_env: dict[str, str]) -> None:
-    proc = run_check(cli_env, "--env", "demo-image-missing", "--json")
+    proc = run_check(cli_env, "--env", "demo-image-missing", "--probe", "terminal", "--json")
     assert proc.returncode == 3, proc.stderr
     [line] = json_lines(proc.stdout)
     assert (line["status"], line["reason"]) == ("error", "image_missing")
@@ -62,7 +63,9 @@ def test_engine_down_is_an_error_for_every_probe(cli_env: dict[str, str],
     proc = run_check(env, "--json")
     assert proc.returncode == 3, proc.stderr
     lines = json_lines(proc.stdout)
-    assert len(lines) == 9
+    kinds = {ln["probe"] for ln in lines}
+    assert len(lines) == 9 * len(kinds)
+    assert "terminal" in kinds
     assert {(ln["status"], ln["reason"]) for ln in lines} == {("error", "engine_unreachable")}
     with open_store(f"sqlite:///{data_dir / 'envcheck.db'}") as store:
         assert {r.status for r in store.latest_results()} == {"error"}
@@ -79,19 +82,27 @@ def test_bad_selection_exits_two(cli_env: dict[str, str], args: tuple[str, ...],
     assert message in proc.stderr
 
 
-def _wait_for_container(runtime: DockerRuntime, timeout: float = 30) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = runtime.containers()
-        if found:
-            return found
-        time.sleep(0.1)
+def _wait_for_container(proc: subprocess.Popen[str], timeout: float = 30) -> list[str]:
+    """Containers started by ``proc`` (its owner label names its pid)."""
+    client = docker.from_env(timeout=10)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [c["Id"] for c in client.api.containers(
+                all=True, filters={"label": LABEL_OWNER})
+                if f":{proc.pid}:" in c["Labels"][LABEL_OWNER]]
+            if found:
+                return found
+            time.sleep(0.1)
+    finally:
+        client.close()
     raise AssertionError("the check never started a container")
 
 
 def _start_slow_check(cli_env: dict[str, str]) -> subprocess.Popen[str]:
     # demo-slow-shell takes ~8 s per probe: long enough to be caught in flight.
-    return subprocess.Popen([*envcheck_cmd(), "check", str(DEMO), "--env", "demo-slow-shell"],
+    return subprocess.Popen([*envcheck_cmd(), "check", str(DEMO), "--env", "demo-slow-shell",
+                             "--probe", "terminal"],
                             env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
@@ -100,7 +111,7 @@ def test_sigkill_leftovers_are_reaped_and_run_marked(cli_env: dict[str, str], da
                                                      runtime: DockerRuntime) -> None:
     proc = _start_slow_check(cli_env)
     try:
-        leftovers = _wait_for_container(runtime)
+        leftovers = _wait_for_container(proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -120,7 +131,7 @@ def test_sigterm_removes_containers(cli_env: dict[str, str], data_dir: Path,
                                     runtime: DockerRuntime) -> None:
     proc = _start_slow_check(cli_env)
     try:
-        _wait_for_container(runtime)
+        started = _wait_for_container(proc)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -128,7 +139,7 @@ def test_sigterm_removes_containers(cli_env: dict[str, str], data_dir: Path,
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, stderr
-    assert runtime.containers() == []
+    assert not set(started) & set(runtime.containers())
     with open_store(f"sqlite:///{data_dir / 'envcheck.db'}") as store:
         [run] = store.runs()
         assert run.state == "interrupted"

@@ -97,7 +97,8 @@ def test_migrates_an_empty_database_to_head(store_url: str) -> None:
         tables = set(inspect(store.engine).get_table_names())
         with store.engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
-    assert tables == {"alembic_version", "environment", "check_run", "probe_result"}
+    assert tables == {"alembic_version", *SQLModel.metadata.tables}
+    assert {"environment", "check_run", "probe_result"} <= tables
     assert current == ScriptDirectory.from_config(alembic_config()).get_current_head()
     with open_store(store_url) as again:  # reopening an up-to-date database is a no-op
         assert again.runs() == []
@@ -363,3 +364,38 @@ def test_default_database_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     expected = tmp_path / "home" / ".local" / "state" / "envcheck" / "envcheck.db"
     assert default_database_url() == f"sqlite:///{expected}"
+
+
+# --- data-source shapes -----------------------------------------------------------------
+
+
+def test_shapes_are_upserted_and_the_first_is_accepted_once(store: Store) -> None:
+    first = store.observe_shape("api", "f1", {"object": {"a": "number"}}, T0, count=3,
+                                auto_accept=True)
+    assert (first.seen, first.accepted_by) == (3, "envcheck (first shape seen)")
+    later = T0 + timedelta(minutes=5)
+    store.observe_shape("api", "f1", {"object": {"a": "number"}}, later, count=2)
+    second = store.observe_shape("api", "f2", "string", later + timedelta(seconds=1),
+                                 auto_accept=True)  # a source with an accepted shape keeps it
+    assert second.accepted_at is None
+    accepted = store.accepted_shape("api")
+    assert accepted is not None
+    assert (accepted.fingerprint, accepted.seen, accepted.first_seen, accepted.last_seen) == (
+        "f1", 5, T0, later)
+    assert [s.fingerprint for s in store.shapes("api")] == ["f2", "f1"]
+    assert store.accepted_shape("other") is None and store.latest_shape("other") is None
+
+
+def test_accept_shape_takes_the_latest_observed_and_keeps_history(store: Store) -> None:
+    store.observe_shape("api", "f1", {"object": {}}, T0, auto_accept=True)
+    store.observe_shape("api", "f2", {"array": None}, T0 + timedelta(minutes=1))
+    row = store.accept_shape("api", "alice", at=T0 + timedelta(minutes=2))
+    assert (row.fingerprint, row.accepted_by, row.shape) == ("f2", "alice", {"array": None})
+    assert store.accepted_shape("api") == row
+    back = store.accept_shape("api", "bob", "f1", at=T0 + timedelta(minutes=3))
+    assert store.accepted_shape("api") == back
+    assert len(store.shapes("api")) == 2
+    with pytest.raises(LookupError):
+        store.accept_shape("nothing-seen", "alice")
+    with pytest.raises(LookupError):
+        store.accept_shape("api", "alice", "no-such-fingerprint")

@@ -16,6 +16,9 @@ __all__ = ["KINDS", "Probe", "ProbeContext", "Verdict", "available_kinds", "load
 
 KINDS: dict[str, str] = {
     ProbeKind.TERMINAL: "envcheck.kinds.terminal:TerminalProbe",
+    ProbeKind.DEPENDENCIES: "envcheck.kinds.dependencies:DependenciesProbe",
+    ProbeKind.TESTS: "envcheck.kinds.tests:TestsProbe",
+    ProbeKind.DATASOURCE: "envcheck.kinds.datasource:DatasourceProbe",
 }
 
 

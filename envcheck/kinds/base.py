@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from envcheck.catalogue import Environment
 from envcheck.errors import InfraError, SandboxStartFailed
@@ -22,6 +22,7 @@ from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 __all__ = ["Probe", "ProbeContext", "Verdict"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +42,21 @@ class ProbeContext:
     """
 
     def __init__(self, env: Environment, run_id: str, runtime: SandboxRuntime,
-                 image_digest: str | None, stack: ExitStack) -> None:
+                 image_digest: str | None, stack: ExitStack,
+                 services: Mapping[type[Any], object] | None = None) -> None:
         self.env = env
         self.run_id = run_id
         self.runtime = runtime
         self.image_digest = image_digest
         self._stack = stack
         self._shared: Sandbox | None = None
+        self._services = dict(services or {})
+
+    def service(self, cls: type[T]) -> T | None:
+        """A collaborator the composition root injected for the cycle, by type (e.g. the
+        data-source checker with its store, HTTP sessions and cycle cache); None if none."""
+        found = self._services.get(cls)
+        return found if isinstance(found, cls) else None
 
     def spec(self) -> SandboxSpec:
         return SandboxSpec(env_id=self.env.id, image=self.env.image, run_id=self.run_id,
@@ -66,6 +75,9 @@ class ProbeContext:
 
 class Probe(ABC):
     kind: ClassVar[ProbeKind]
+    # Kinds that work through the sandbox engine confirm it is alive before blaming the
+    # environment: a command cut short by a dying engine looks like a broken shell.
+    uses_engine: ClassVar[bool] = True
 
     def applies(self, env: Environment) -> bool:
         """False when the environment declares nothing for this kind (result: skip)."""
@@ -93,7 +105,19 @@ class Probe(ABC):
             log.exception("probe %s crashed on %s", self.kind, ctx.env.id)
             verdict = Verdict(Status.ERROR, Reason.CHECKER_CRASHED,
                               f"envcheck failed: {type(exc).__name__}: {exc}")
+        if self.uses_engine and verdict.status in (Status.FAIL, Status.FLAKY):
+            verdict = self._confirm_engine(ctx, verdict)
         return self.result(ctx.env, verdict, time.monotonic() - started, ctx.image_digest)
+
+    @staticmethod
+    def _confirm_engine(ctx: ProbeContext, verdict: Verdict) -> Verdict:
+        try:
+            ctx.runtime.ping()
+        except InfraError as exc:
+            return Verdict(Status.ERROR, exc.reason,
+                           f"the engine failed during the probe ({exc}); would have read: "
+                           f"{verdict.reason}", verdict.details, verdict.evidence)
+        return verdict
 
     def result(self, env: Environment, verdict: Verdict, duration_s: float,
                image_digest: str | None) -> ProbeResult:

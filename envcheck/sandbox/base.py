@@ -109,6 +109,9 @@ class SandboxSpec:
     run_id: str
     limits: Limits = field(default_factory=Limits)
     start_timeout_s: float = 20.0
+    # Docker network mode. Only the data-source probe's in-sandbox containers ever set it,
+    # to a network the catalogue names explicitly; every other sandbox has no network.
+    network: str = "none"
 
 
 class TtySession(Protocol):

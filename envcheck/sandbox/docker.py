@@ -40,6 +40,8 @@ LABEL_MANAGED = "org.envcheck.managed"
 LABEL_RUN = "org.envcheck.run"
 LABEL_ENV = "org.envcheck.env"
 LABEL_OWNER = "org.envcheck.owner"
+# An operator's tag on every container (ENVCHECK_CONTAINER_TAG), e.g. a deployment name.
+LABEL_TAG = "org.envcheck.tag"
 # Keeps the container alive for its cycle; docker-init reaps zombies and forwards signals.
 KEEPALIVE = ["sleep", "infinity"]
 API_VERSION = os.environ.get("ENVCHECK_DOCKER_API_VERSION", "1.41")
@@ -125,6 +127,7 @@ class DockerRuntime:
         self._client = client
         self._flood_limit = flood_limit
         self._owner = _process_token(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}"
+        self._tag = os.environ.get("ENVCHECK_CONTAINER_TAG", "")
 
     @classmethod
     def from_env(cls, timeout_s: float = 30.0) -> DockerRuntime:
@@ -184,7 +187,7 @@ class DockerRuntime:
             "command": KEEPALIVE[1:],
             "init": True,
             "detach": True,
-            "network_mode": "none",
+            "network_mode": spec.network,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
             "pids_limit": limits.pids,
@@ -192,12 +195,14 @@ class DockerRuntime:
             "memswap_limit": f"{limits.memory_mb}m",
             "nano_cpus": int(limits.cpus * 1e9),
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
-            "hostname": "sandbox",
+            # The engine refuses a hostname for a container joining another's network.
+            **({} if spec.network.startswith("container:") else {"hostname": "sandbox"}),
             "labels": {
                 LABEL_MANAGED: "true",
                 LABEL_RUN: spec.run_id,
                 LABEL_ENV: spec.env_id,
                 LABEL_OWNER: self._owner,
+                **({LABEL_TAG: self._tag} if self._tag else {}),
             },
         }
 
@@ -234,10 +239,11 @@ class DockerRuntime:
             log.info("reaped %d leftover envcheck container(s)", reaped)
         return reaped
 
-    def containers(self) -> list[str]:
-        """Ids of every envcheck-managed container on the engine (for tests and health)."""
+    def containers(self, tag: str | None = None) -> list[str]:
+        """Ids of envcheck-managed containers on the engine, optionally of one tag."""
+        label = f"{LABEL_TAG}={tag}" if tag else LABEL_MANAGED
         with _engine_errors():
-            found = self._client.api.containers(all=True, filters={"label": LABEL_MANAGED})
+            found = self._client.api.containers(all=True, filters={"label": label})
         return [str(info["Id"]) for info in found]
 
 

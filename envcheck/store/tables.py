@@ -10,11 +10,22 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Dialect, Index
+from sqlalchemy import JSON, DateTime, Dialect, Index, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-__all__ = ["CheckRun", "EnvironmentRow", "ProbeResultRow", "RunState", "UTCDateTime"]
+__all__ = [
+    "CheckRun",
+    "DataSourceShapeRow",
+    "EnvStateRow",
+    "EnvironmentRow",
+    "IncidentRow",
+    "ProbeResultRow",
+    "RunState",
+    "SuiteRow",
+    "TransitionRow",
+    "UTCDateTime",
+]
 
 
 class RunState(StrEnum):
@@ -104,3 +115,92 @@ class ProbeResultRow(SQLModel, table=True):
     started_at: datetime = Field(sa_type=UTCDateTime)
     evidence: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
     details: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+
+
+class EnvStateRow(SQLModel, table=True):
+    """Each environment's current health and quarantine: what the feed serves.
+
+    Derived from results by the health model and changed only together with a transition row.
+    """
+
+    __tablename__ = "env_state"
+
+    env_id: str = Field(primary_key=True)
+    suite: str
+    state: str = "unknown"
+    reason: str = "ok"
+    image_digest: str | None = None
+    kinds: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    quarantined: bool = False
+    q_source: str | None = None
+    q_actor: str | None = None
+    q_reason: str | None = None
+    q_since: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    q_evidence: list[int] = Field(default_factory=list, sa_type=JSON)
+    updated_at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+
+
+class TransitionRow(SQLModel, table=True):
+    """A change of state or quarantine. Its id is the feed's generation (ETags, exports)."""
+
+    __tablename__ = "transition"
+
+    id: int | None = Field(default=None, primary_key=True)
+    env_id: str = Field(index=True)
+    at: datetime = Field(sa_type=UTCDateTime)
+    old_state: str
+    new_state: str
+    was_quarantined: bool
+    quarantined: bool
+    actor: str
+    reason: str
+    evidence: list[int] = Field(default_factory=list, sa_type=JSON)
+    image_digest: str | None = None
+
+
+class IncidentRow(SQLModel, table=True):
+    """A check cycle judged an infrastructure incident: its results move no state."""
+
+    __tablename__ = "incident"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="check_run.id", index=True)
+    at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    kind: str
+    failing: int
+    total: int
+    detail: str
+
+
+class SuiteRow(SQLModel, table=True):
+    """A suite as last seen in a catalogue, so the feed can answer without the YAML."""
+
+    __tablename__ = "suite"
+
+    id: str = Field(primary_key=True)
+    description: str = ""
+    allow_degraded: bool = False
+    file: str = ""
+    updated_at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+
+
+class DataSourceShapeRow(SQLModel, table=True):
+    """A structural fingerprint seen in a data source's answers (keys and value types, never
+    values). The accepted shape is the one with the newest ``accepted_at``: the first shape
+    ever seen is accepted by envcheck, later ones by a person (``envcheck accept-schema``)."""
+
+    __tablename__ = "data_source_shape"
+    # Also serves every lookup by source_id (its leading column): no index of its own.
+    __table_args__ = (
+        UniqueConstraint("source_id", "fingerprint", name="uq_data_source_shape"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    source_id: str
+    fingerprint: str
+    shape: Any = Field(sa_type=JSON)
+    first_seen: datetime = Field(sa_type=UTCDateTime)
+    last_seen: datetime = Field(sa_type=UTCDateTime)
+    seen: int = 0  # samples with this shape
+    accepted_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    accepted_by: str | None = None

@@ -1,0 +1,157 @@
+"""Store methods for the health model and the quarantine feed (mixed into ``Store``).
+
+State and transition change in one transaction, so the list, the exports, the metrics and
+the notifier, which all read these rows, never see one without the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col, select
+
+from envcheck.catalogue import Suite
+from envcheck.health import Observation
+from envcheck.results import ProbeKind, Status
+from envcheck.store.tables import (
+    EnvironmentRow,
+    EnvStateRow,
+    IncidentRow,
+    ProbeResultRow,
+    SuiteRow,
+    TransitionRow,
+)
+
+__all__ = ["FeedRecords"]
+
+# Enough history for any decision (SPRT release needs ~30 runs) without reading it all.
+OBSERVATION_WINDOW = 400
+
+
+class FeedRecords:
+    """Needs ``_session()`` from :class:`envcheck.store.Store`."""
+
+    def _session(self) -> contextlib.AbstractContextManager[Session]:
+        raise NotImplementedError
+
+    def observations(self, env_id: str, window: int = OBSERVATION_WINDOW
+                     ) -> list[tuple[ProbeKind, Observation]]:
+        """An environment's newest results (per kind at most ``window``), for the model."""
+        table: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
+        rank = func.row_number().over(
+            partition_by=table.c.kind,
+            order_by=(table.c.started_at.desc(), table.c.id.desc()),
+        ).label("rank")
+        names = ("kind", "status", "reason", "started_at", "image_digest", "spec_hash",
+                 "run_id", "id")
+        inner = (sa_select(*(table.c[n] for n in names), rank)
+                 .where(table.c.env_id == env_id).subquery())
+        query = sa_select(*(inner.c[n] for n in names)).where(inner.c.rank <= window)
+        out: list[tuple[ProbeKind, Observation]] = []
+        with self._session() as session:
+            for kind, status, reason, at, digest, spec, run_id, rid in session.execute(query):
+                out.append((ProbeKind(kind), Observation(Status(status), reason, at, digest,
+                                                         spec, run_id, rid)))
+        return out
+
+    def sync_suites(self, suites: Sequence[Suite]) -> None:
+        with self._session() as session:
+            for suite in suites:
+                row = session.get(SuiteRow, suite.id) or SuiteRow(id=suite.id)
+                row.description, row.allow_degraded = suite.description, suite.allow_degraded
+                row.file, row.updated_at = suite.file, datetime.now(UTC)
+                session.add(row)
+            session.commit()
+
+    def suites(self) -> list[SuiteRow]:
+        with self._session() as session:
+            return list(session.exec(select(SuiteRow).order_by(col(SuiteRow.id))))
+
+    def suite_members(self, suite_id: str) -> list[str]:
+        query = (select(EnvironmentRow.id).where(EnvironmentRow.suite == suite_id)
+                 .order_by(col(EnvironmentRow.id)))
+        with self._session() as session:
+            return list(session.exec(query))
+
+    def environment_suite(self, env_id: str) -> str | None:
+        with self._session() as session:
+            row = session.get(EnvironmentRow, env_id)
+            return row.suite if row is not None else None
+
+    def record_incident(self, run_id: str, kind: str, failing: int, total: int,
+                        detail: str) -> None:
+        with self._session() as session:
+            session.add(IncidentRow(run_id=run_id, kind=kind, failing=failing, total=total,
+                                    detail=detail))
+            session.commit()
+
+    def incident_runs(self) -> frozenset[str]:
+        with self._session() as session:
+            return frozenset(session.exec(select(IncidentRow.run_id)))
+
+    def incidents(self, limit: int = 50) -> list[IncidentRow]:
+        query = select(IncidentRow).order_by(col(IncidentRow.id).desc()).limit(limit)
+        with self._session() as session:
+            return list(session.exec(query))
+
+    def env_states(self, env_ids: Sequence[str] | None = None) -> list[EnvStateRow]:
+        query = select(EnvStateRow).order_by(col(EnvStateRow.env_id))
+        if env_ids is not None:
+            query = query.where(col(EnvStateRow.env_id).in_(list(env_ids)))
+        with self._session() as session:
+            return list(session.exec(query))
+
+    def env_state(self, env_id: str) -> EnvStateRow | None:
+        with self._session() as session:
+            return session.get(EnvStateRow, env_id)
+
+    def apply(self, env_id: str, suite: str, values: dict[str, Any],
+              transition: TransitionRow | None) -> int | None:
+        """Write an environment's new state and, if it changed, its transition, atomically.
+
+        Returns the transition id (the new feed generation), if any.
+        """
+        with self._session() as session:
+            row = session.get(EnvStateRow, env_id) or EnvStateRow(env_id=env_id, suite=suite)
+            for key, value in values.items():
+                setattr(row, key, value)
+            row.suite = suite
+            row.updated_at = datetime.now(UTC)
+            session.add(row)
+            if transition is not None:
+                session.add(transition)
+            session.commit()
+            return transition.id if transition is not None else None
+
+    def transitions(self, env_id: str | None = None, limit: int = 100,
+                    after_id: int | None = None) -> list[TransitionRow]:
+        """Newest first; ``after_id`` gives those after a generation (oldest first)."""
+        query = select(TransitionRow)
+        if env_id is not None:
+            query = query.where(TransitionRow.env_id == env_id)
+        if after_id is not None:
+            query = query.where(col(TransitionRow.id) > after_id).order_by(col(TransitionRow.id))
+        else:
+            query = query.order_by(col(TransitionRow.id).desc())
+        with self._session() as session:
+            return list(session.exec(query.limit(limit)))
+
+    def generation(self) -> int:
+        """The feed's generation: the newest transition id (0 before any)."""
+        with self._session() as session:
+            newest = session.exec(select(func.max(TransitionRow.id))).one()
+            return int(newest or 0)
+
+    def quarantined_states(self, suite: str | None = None) -> list[EnvStateRow]:
+        """The quarantined environments (of ``suite``, if given), by id: the feed's list."""
+        query = (select(EnvStateRow).where(col(EnvStateRow.quarantined).is_(True))
+                 .order_by(col(EnvStateRow.env_id)))
+        if suite is not None:
+            query = query.where(EnvStateRow.suite == suite)
+        with self._session() as session:
+            return list(session.exec(query))
