@@ -26,6 +26,7 @@ from envcheck.kinds import available_kinds
 from envcheck.results import ProbeKind, ProbeResult, Status
 from envcheck.runner import ResultSink, Services, run_cycle, unchecked
 from envcheck.sandbox.docker import DockerRuntime
+from envcheck.services import build_services
 
 if TYPE_CHECKING:
     from envcheck.store import Store
@@ -154,7 +155,7 @@ def check(
 
         try:
             results = _run(envs, kinds, run_id, record, concurrency, as_json,
-                           _services(catalogue, store))
+                           build_services(catalogue, store))
         except KeyboardInterrupt:
             store.interrupt_run(run_id)
             err.print("interrupted: in-flight probes finished, their containers removed")
@@ -179,13 +180,6 @@ def _assess(store: Store, run_id: str, envs: list[Environment],
     for transition in outcome.transitions:
         err.print(f"{transition.env_id}: {transition.old_state} -> {transition.new_state}"
                   f"{' (quarantined)' if transition.quarantined else ''}", highlight=False)
-
-
-def _services(catalogue: Catalogue, store: Store) -> Services:
-    """The cycle's injected collaborators: the composition root of a check cycle."""
-    from envcheck.kinds.datasource import DataSourceChecker
-
-    return {DataSourceChecker: DataSourceChecker(catalogue.data_sources, store)}
 
 
 def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
@@ -315,6 +309,36 @@ def accept_schema(
     out.print(f"{source_id}: accepted shape {row.fingerprint} (last seen "
               f"{row.last_seen.isoformat(timespec='seconds')}) by {row.accepted_by} at {at}",
               highlight=False, soft_wrap=True)
+
+
+@app.command()
+def daemon(
+    paths: Annotated[list[Path], typer.Argument(help="catalogue files or folders")],
+    host: Annotated[str, typer.Option(help="listen address of the HTTP port")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="API, /metrics, /healthz, /readyz")] = 8787,
+    concurrency: Annotated[int, typer.Option(min=1, max=256,
+                                             help="sandboxes at once, in all")] = 2,
+    per_image: Annotated[int | None, typer.Option(min=1, help="sandboxes at once per image")
+                         ] = None,
+    window: Annotated[float, typer.Option(min=1.0, help="seconds per assessed window")] = 60.0,
+    database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
+                                                 help="store URL (default: SQLite)")] = None,
+    log_level: Annotated[str, typer.Option(envvar="ENVCHECK_LOG_LEVEL")] = "info",
+) -> None:
+    """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
+    from envcheck.daemon import DaemonConfig, run_daemon
+    from envcheck.logs import configure
+
+    configure(log_level)
+    _load(paths)  # refuse a bad catalogue before anything starts
+    config = DaemonConfig(tuple(paths), host=host, port=port, concurrency=concurrency,
+                          per_image=per_image, window_s=window, database=database)
+    try:
+        code = run_daemon(config)
+    except StoreError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_INFRA) from None
+    raise typer.Exit(code)
 
 
 app.command()(gate)

@@ -77,7 +77,7 @@ def interval_of(env: Environment, kind: ProbeKind, quarantined: bool) -> float |
 class ProbeScheduler:
     def __init__(self, catalogue: Catalogue, runtime: SandboxRuntime, store: Store, *,
                  concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
-                 services: Callable[[], Services] | None = None,
+                 services: Callable[[Catalogue, Store], Services] | None = None,
                  on_cycle: Callable[[CycleOutcome], None] | None = None) -> None:
         self._catalogue = catalogue
         self._runtime = runtime
@@ -85,7 +85,8 @@ class ProbeScheduler:
         self._concurrency = max(concurrency, 1)
         self._per_image = max(per_image or self._concurrency, 1)
         self._window_s = window_s
-        self._services = services
+        self._build_services = services
+        self._services: Services | None = services(catalogue, store) if services else None
         self._on_cycle = on_cycle
         self._queue: queue.PriorityQueue[Work] = queue.PriorityQueue()
         self._lock = threading.Lock()
@@ -151,6 +152,8 @@ class ProbeScheduler:
     def reload(self, catalogue: Catalogue) -> None:
         """Swap the catalogue (SIGHUP): jobs are replaced; in-flight work finishes."""
         self._catalogue = catalogue
+        if self._build_services is not None:
+            self._services = self._build_services(catalogue, self._store)
         self._store.sync_suites(catalogue.suites)
         self._store.sync_environments(catalogue.environments)
         for job in self._aps.get_jobs():
@@ -241,7 +244,7 @@ class ProbeScheduler:
             self.stats.running += 1
             try:
                 check_environment(env, [work.kind], self._runtime, self._current_run(),
-                                  self._record, self._services() if self._services else None)
+                                  self._record, self._services)
             finally:
                 self.stats.running -= 1
         self.stats.completed += 1

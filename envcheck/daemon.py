@@ -1,0 +1,146 @@
+"""``envcheck daemon``: the composition root of the long-running process.
+
+Builds the real engine client, store, scheduler and HTTP server once, here, and wires
+signals: SIGHUP reloads the catalogue (a bad one is refused, the old keeps running); SIGTERM
+and SIGINT stop scheduling, let in-flight probes finish and remove their containers, and
+assess what they produced. A restart after SIGKILL reaps leftovers and marks the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from envcheck.catalogue import load_catalogue
+from envcheck.errors import CatalogueError, EngineUnreachable
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.scheduler import ProbeScheduler
+from envcheck.services import build_services
+from envcheck.store import Store
+
+__all__ = ["DaemonConfig", "build_app", "run_daemon"]
+
+log = logging.getLogger("envcheck.daemon")
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    catalogue: tuple[Path, ...]
+    host: str = "127.0.0.1"
+    port: int = 8787
+    concurrency: int = 2
+    per_image: int | None = None
+    window_s: float = 60.0
+    database: str | None = None
+    grace_s: float = 120.0
+
+
+def connect_engine(stop: threading.Event, max_wait_s: float | None = None) -> DockerRuntime:
+    """Wait for the engine (it may start after us); every attempt has a timeout."""
+    delay, waited = 1.0, 0.0
+    while True:
+        try:
+            return DockerRuntime.from_env(timeout_s=30)
+        except EngineUnreachable as exc:
+            if stop.is_set() or (max_wait_s is not None and waited >= max_wait_s):
+                raise
+            log.warning("engine unreachable, retrying", extra={"error": str(exc),
+                                                                "retry_in_s": delay})
+            stop.wait(delay)
+            waited += delay
+            delay = min(delay * 2, 30.0)
+
+
+def build_app(store: Store, scheduler: ProbeScheduler, runtime: DockerRuntime,
+              registry: CollectorRegistry, token: str | None) -> FastAPI:
+    from envcheck.api import create_app
+
+    app = create_app(store, token)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz() -> JSONResponse:
+        checks: dict[str, str] = {}
+        try:
+            store.generation()
+            checks["store"] = "ok"
+        except Exception as exc:  # report, never raise from a probe of ourselves
+            checks["store"] = f"error: {exc}"
+        try:
+            runtime.ping()
+            checks["engine"] = "ok"
+        except EngineUnreachable as exc:
+            checks["engine"] = f"error: {exc}"
+        ready = all(v == "ok" for v in checks.values())
+        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+    return app
+
+
+def run_daemon(config: DaemonConfig) -> int:
+    from envcheck.api import load_api_token, serve
+    from envcheck.metrics import build_registry
+    from envcheck.store import open_store
+
+    catalogue = load_catalogue(config.catalogue)
+    store = open_store(config.database)
+    stop = threading.Event()
+    runtime = connect_engine(stop)
+    interrupted = store.interrupt_stale_runs()
+    reaped = runtime.reap()
+    log.info("daemon starting", extra={"environments": len(catalogue.environments),
+                                       "reaped": reaped, "interrupted_runs": interrupted,
+                                       "port": config.port})
+    scheduler = ProbeScheduler(catalogue, runtime, store, concurrency=config.concurrency,
+                               per_image=config.per_image, window_s=config.window_s,
+                               services=build_services)
+    registry = build_registry(store, scheduler)
+    _install_reload(config.catalogue, scheduler, store)
+    scheduler.start()
+    try:
+        serve(build_app(store, scheduler, runtime, registry, load_api_token()),
+              host=config.host, port=config.port)
+    finally:
+        log.info("daemon stopping")
+        stop.set()
+        scheduler.stop(config.grace_s)
+        runtime.close()
+        store.close()
+        log.info("daemon stopped")
+    return 0
+
+
+def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Store) -> None:
+    def on_hup(signum: int, frame: FrameType | None) -> None:
+        # Not from a signal frame: reloading takes locks the interrupted code may hold.
+        threading.Thread(target=_reload, name="envcheck-reload", daemon=True).start()
+
+    def _reload() -> None:
+        started = time.monotonic()
+        try:
+            catalogue = load_catalogue(paths)
+        except CatalogueError as exc:
+            log.error("catalogue refused, the old one keeps running",
+                      extra={"issues": [str(i) for i in exc.issues]})
+            return
+        scheduler.reload(catalogue)
+        log.info("catalogue reloaded", extra={"seconds": round(time.monotonic() - started, 3)})
+
+    signal.signal(signal.SIGHUP, on_hup)

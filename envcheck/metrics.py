@@ -1,0 +1,274 @@
+"""Prometheus metrics, read from the store at scrape time (DESIGN.md lesson 6).
+
+Probe counters and the duration histogram are folded in incrementally: each scrape reads only
+results newer than the last one it saw, so a scrape stays cheap on a store of millions.
+Cardinality is bounded by the fleet: per-environment series carry (env, suite) and nothing
+that grows with time; everything else is per suite, kind, status or data source.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from sqlalchemy import select as sa_select
+
+from envcheck.results import ProbeKind
+from envcheck.store.tables import ProbeResultRow
+
+if TYPE_CHECKING:
+    from envcheck.scheduler import ProbeScheduler
+    from envcheck.store import Store
+
+__all__ = ["BUCKETS", "StoreCollector", "build_registry"]
+
+BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
+STATES = ("unknown", "healthy", "degraded", "flaky", "broken")
+_SCAN_BATCH = 50_000
+# PostgreSQL may commit a lower id after a higher one; re-reading a margin and skipping ids
+# already counted keeps the counters exact.
+_OVERLAP = 2_000
+
+
+class _Folded:
+    """Running totals of every result seen so far."""
+
+    def __init__(self) -> None:
+        self.watermark = 0
+        self.recent: set[int] = set()
+        self.runs: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.seconds: dict[tuple[str, str], float] = defaultdict(float)
+        self.buckets: dict[str, list[int]] = defaultdict(lambda: [0] * len(BUCKETS))
+        self.dur_sum: dict[str, float] = defaultdict(float)
+        self.last_seen: dict[tuple[str, str], datetime] = {}
+        self.last_pass: dict[tuple[str, str], datetime] = {}
+
+
+class StoreCollector(Collector):
+    def __init__(self, store: Store, scheduler: ProbeScheduler | None = None,
+                 now: Any = time.time) -> None:
+        self._store = store
+        self._scheduler = scheduler
+        self._now = now
+        self._lock = threading.Lock()
+        self._folded = _Folded()
+
+    # --- incremental scan of results -------------------------------------------------------
+
+    def _fold(self, suite_of: dict[str, str]) -> None:
+        table: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
+        f = self._folded
+        start = max(f.watermark - _OVERLAP, 0)
+        while True:
+            query = (sa_select(table.c.id, table.c.env_id, table.c.kind, table.c.status,
+                               table.c.duration_s, table.c.started_at)
+                     .where(table.c.id > start).order_by(table.c.id).limit(_SCAN_BATCH))
+            with self._store.engine.connect() as conn:
+                rows = conn.execute(query).all()
+            for rid, env_id, kind, status, duration, started_raw in rows:
+                if rid <= f.watermark and rid in f.recent:
+                    continue
+                f.recent.add(rid)
+                suite = suite_of.get(env_id, "")
+                f.runs[(suite, kind, status)] += 1
+                f.seconds[(suite, kind)] += duration
+                f.dur_sum[kind] += duration
+                counts = f.buckets[kind]
+                for i, bound in enumerate(BUCKETS):
+                    if duration <= bound:
+                        counts[i] += 1
+                started = started_raw if started_raw.tzinfo else started_raw.replace(tzinfo=UTC)
+                key = (env_id, kind)
+                if key not in f.last_seen or started > f.last_seen[key]:
+                    f.last_seen[key] = started
+                if status == "pass" and (key not in f.last_pass or started > f.last_pass[key]):
+                    f.last_pass[key] = started
+                f.watermark = max(f.watermark, rid)
+            if len(rows) < _SCAN_BATCH:
+                break
+            start = rows[-1][0]
+        f.recent = {i for i in f.recent if i > f.watermark - _OVERLAP}
+
+    # --- collect ------------------------------------------------------------------------
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            envs = self._store.environments()
+            suite_of = {e.id: e.suite for e in envs}
+            self._fold(suite_of)
+            yield from self._probe_metrics(suite_of)
+        yield from self._state_metrics()
+        yield from self._datasource_metrics()
+        yield from self._feed_metrics()
+        yield from self._scheduler_metrics()
+        up = GaugeMetricFamily("envcheck_up", "1 while envcheck answers scrapes")
+        up.add_metric([], 1.0)
+        yield up
+
+    def _probe_metrics(self, suite_of: dict[str, str]) -> Iterable[Metric]:
+        f = self._folded
+        runs = CounterMetricFamily("envcheck_probe_results", "Probe results by outcome",
+                                   labels=["suite", "kind", "status"])
+        for (suite, kind, status), n in sorted(f.runs.items()):
+            runs.add_metric([suite, kind, status], n)
+        yield runs
+        cost = CounterMetricFamily("envcheck_sandbox_seconds",
+                                   "Seconds spent probing (the cost of checking)",
+                                   labels=["suite", "kind"])
+        for (suite, kind), seconds in sorted(f.seconds.items()):
+            cost.add_metric([suite, kind], seconds)
+        yield cost
+        hist = HistogramMetricFamily("envcheck_probe_duration_seconds",
+                                     "Duration of one probe", labels=["kind"])
+        for kind, counts in sorted(f.buckets.items()):
+            bounds = [("+Inf" if b == float("inf") else str(b), c)
+                      for b, c in zip(BUCKETS, counts, strict=True)]
+            hist.add_metric([kind], bounds, f.dur_sum[kind])
+        yield hist
+        now = self._now()
+        # The stalest environment of a suite and kind: what "results are stale" alerts read.
+        oldest: dict[tuple[str, str], float] = {}
+        newest_pass: dict[tuple[str, str], float] = {}
+        for (env_id, kind), at in f.last_seen.items():
+            key = (suite_of.get(env_id, ""), kind)
+            age = now - at.timestamp()
+            oldest[key] = max(oldest.get(key, 0.0), age)
+        for (env_id, kind), at in f.last_pass.items():
+            key = (suite_of.get(env_id, ""), kind)
+            newest_pass[key] = max(newest_pass.get(key, 0.0), at.timestamp())
+        age = GaugeMetricFamily("envcheck_oldest_result_age_seconds",
+                                "Age of the stalest environment's newest result",
+                                labels=["suite", "kind"])
+        for key, value in sorted(oldest.items()):
+            age.add_metric(list(key), value)
+        yield age
+        last = GaugeMetricFamily("envcheck_last_success_timestamp_seconds",
+                                 "When a probe of this suite and kind last passed",
+                                 labels=["suite", "kind"])
+        for key, value in sorted(newest_pass.items()):
+            last.add_metric(list(key), value)
+        yield last
+
+    def _state_metrics(self) -> Iterable[Metric]:
+        rows = self._store.env_states()
+        state = GaugeMetricFamily("envcheck_environment_state",
+                                  "1 for the environment's current state",
+                                  labels=["env", "suite", "state"])
+        quarantined = GaugeMetricFamily("envcheck_environment_quarantined",
+                                        "1 while the environment is quarantined",
+                                        labels=["env", "suite", "source"])
+        per_suite: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
+        q_suite: dict[str, int] = defaultdict(int)
+        for r in rows:
+            state.add_metric([r.env_id, r.suite, r.state], 1.0)
+            quarantined.add_metric([r.env_id, r.suite, r.q_source or ""],
+                                   1.0 if r.quarantined else 0.0)
+            per_suite[r.suite][r.state] = per_suite[r.suite].get(r.state, 0) + 1
+            q_suite[r.suite] += int(r.quarantined)
+        yield state
+        yield quarantined
+        counts = GaugeMetricFamily("envcheck_suite_environments", "Environments by state",
+                                   labels=["suite", "state"])
+        for suite, by_state in sorted(per_suite.items()):
+            for name, n in sorted(by_state.items()):
+                counts.add_metric([suite, name], n)
+        yield counts
+        q = GaugeMetricFamily("envcheck_suite_quarantined", "Quarantined environments",
+                              labels=["suite"])
+        for suite, n in sorted(q_suite.items()):
+            q.add_metric([suite], n)
+        yield q
+        yield self._healthy_fraction()
+
+    def _healthy_fraction(self) -> Metric:
+        from envcheck.feed import allowlist
+
+        fraction = GaugeMetricFamily("envcheck_suite_healthy_fraction",
+                                     "Share of the suite schedulers may use now",
+                                     labels=["suite"])
+        generation = self._store.generation()
+        for suite in self._store.suites():
+            fraction.add_metric([suite.id],
+                                allowlist(self._store, suite.id, generation).healthy_fraction)
+        return fraction
+
+    def _datasource_metrics(self) -> Iterable[Metric]:
+        latest: dict[str, tuple[datetime, dict[str, Any]]] = {}
+        for result in self._store.latest_results(kinds=[ProbeKind.DATASOURCE]):
+            for source_id, info in (result.details.get("sources") or {}).items():
+                if source_id not in latest or result.started_at > latest[source_id][0]:
+                    latest[source_id] = (result.started_at, info)
+        up = GaugeMetricFamily("envcheck_datasource_up", "1 when the last probe passed",
+                               labels=["source"])
+        avail = GaugeMetricFamily("envcheck_datasource_availability_ratio",
+                                  "Share of good samples in the last probe", labels=["source"])
+        latency = GaugeMetricFamily("envcheck_datasource_latency_seconds",
+                                    "Latency of the last probe's samples",
+                                    labels=["source", "quantile"])
+        drift = GaugeMetricFamily("envcheck_datasource_schema_drift",
+                                  "1 while the response shape differs from the accepted one",
+                                  labels=["source"])
+        for source_id, (_, info) in sorted(latest.items()):
+            up.add_metric([source_id], 1.0 if info.get("status") == "pass" else 0.0)
+            if info.get("availability") is not None:
+                avail.add_metric([source_id], float(info["availability"]))
+            for q, key in (("0.5", "p50"), ("0.95", "p95"), ("1", "max")):
+                value = (info.get("latency_ms") or {}).get(key)
+                if value is not None:
+                    latency.add_metric([source_id, q], float(value) / 1000)
+            drift.add_metric([source_id], 1.0 if info.get("reason") == "schema_drift" else 0.0)
+        yield from (up, avail, latency, drift)
+
+    def _feed_metrics(self) -> Iterable[Metric]:
+        incidents = CounterMetricFamily("envcheck_incidents",
+                                        "Check cycles judged infrastructure incidents",
+                                        labels=["kind"])
+        counts: dict[str, int] = defaultdict(int)
+        for row in self._store.incidents(limit=1_000_000):
+            counts[row.kind] += 1
+        for kind in ("engine_unreachable", "failure_storm"):
+            incidents.add_metric([kind], counts.get(kind, 0))
+        yield incidents
+        generation = GaugeMetricFamily("envcheck_feed_generation",
+                                       "Newest transition id of the quarantine feed")
+        generation.add_metric([], self._store.generation())
+        yield generation
+
+    def _scheduler_metrics(self) -> Iterable[Metric]:
+        if self._scheduler is None:
+            return
+        stats = self._scheduler.stats
+        depth = GaugeMetricFamily("envcheck_scheduler_queue_depth", "Probes waiting to run")
+        depth.add_metric([], stats.queued)
+        running = GaugeMetricFamily("envcheck_scheduler_running", "Probes running now")
+        running.add_metric([], stats.running)
+        lags = sorted(stats.lags)
+        lag = GaugeMetricFamily("envcheck_scheduler_lag_seconds",
+                                "Delay from due to started, recent probes",
+                                labels=["quantile"])
+        if lags:
+            for q in (0.5, 0.95):
+                lag.add_metric([str(q)], lags[min(int(q * len(lags)), len(lags) - 1)])
+            lag.add_metric(["1"], lags[-1])
+        jobs = GaugeMetricFamily("envcheck_scheduled_jobs", "Scheduled (environment, kind) jobs")
+        jobs.add_metric([], len(self._scheduler.jobs()))
+        yield from (depth, running, lag, jobs)
+
+
+def build_registry(store: Store, scheduler: ProbeScheduler | None = None) -> CollectorRegistry:
+    """A fresh registry (never the global one) holding envcheck's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, scheduler))
+    return registry
