@@ -114,6 +114,11 @@ def run_daemon(config: DaemonConfig) -> int:
     registry = build_registry(store, scheduler)
     _install_reload(config.catalogue, scheduler, store)
     scheduler.start()
+    # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal it caught to
+    # the handler installed before it: this one, so the shutdown below runs instead of the
+    # default action killing the process mid-cleanup.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _note_signal)
     try:
         serve(build_app(store, scheduler, runtime, registry, load_api_token()),
               host=config.host, port=config.port)
@@ -125,6 +130,10 @@ def run_daemon(config: DaemonConfig) -> int:
         store.close()
         log.info("daemon stopped")
     return 0
+
+
+def _note_signal(signum: int, frame: FrameType | None) -> None:
+    log.info("signal received", extra={"signal": signal.Signals(signum).name})
 
 
 def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Store) -> None:
