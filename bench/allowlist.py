@@ -306,7 +306,7 @@ def bench_backend(backend: str, url: str, args: argparse.Namespace) -> tuple[lis
                                 args.requests, conditional=True))
         with serve_in_thread(create_app(store, cache_ttl_s=0.0)) as base:
             rows.append(measure(backend, "allowlist uncached (ttl 0)", base + path,
-                                max(20, args.requests // 20), warmup=3))
+                                max(10, args.requests // 100), warmup=2))
         return rows, info
     finally:
         store.close()

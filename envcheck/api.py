@@ -34,11 +34,11 @@ import hashlib
 import hmac
 import logging
 import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,6 +51,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
+from envcheck.api_cache import ResponseCache, conditional, render
 from envcheck.api_models import (
     AllowlistOut,
     EnvironmentOut,
@@ -88,7 +89,7 @@ log = logging.getLogger("envcheck.api")
 TOKEN_ENV = "ENVCHECK_API_TOKEN"
 TOKEN_FILE_ENV = "ENVCHECK_API_TOKEN_FILE"
 MIN_TOKEN_LENGTH = 16
-DEFAULT_PORT = 8780
+DEFAULT_PORT = 8787
 DEFAULT_CACHE_TTL_S = 5.0
 MANUAL_ACTOR = "api"
 _REALM = 'Bearer realm="envcheck"'
@@ -135,82 +136,6 @@ def _problem(status: int, error: str, reason: str, headers: Mapping[str, str] | 
                         headers=dict(headers or {}))
 
 
-# --- rendered responses, cached per (path, generation) --------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    body: bytes
-    etag: str
-    generation: int
-    built_at: float
-
-
-def _etag(key: str, generation: int, body: bytes) -> str:
-    digest = hashlib.blake2b(key.encode() + b"\0" + body, digest_size=10).hexdigest()
-    return f'"{generation}-{digest}"'
-
-
-def render(key: str, generation: int, body: bytes, now: float) -> Rendered:
-    return Rendered(body, _etag(key, generation, body), generation, now)
-
-
-class ResponseCache:
-    """Rendered bodies by key (a path with its query). An entry serves while the generation
-    is unchanged and it is younger than ``ttl_s``; after that one caller rebuilds it and the
-    others get the old body meanwhile. A new generation is never answered from an older one."""
-
-    def __init__(self, ttl_s: float, clock: Callable[[], float], max_entries: int = 1024) -> None:
-        self._ttl, self._clock, self._max = ttl_s, clock, max_entries
-        self._entries: dict[str, Rendered] = {}
-        self._building: dict[str, threading.Lock] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: str, generation: int, build: Callable[[], bytes]) -> Rendered:
-        with self._lock:
-            entry = self._entries.get(key)
-            if key not in self._building and len(self._building) >= self._max:
-                self._building.clear()  # keys that never built (unknown suites) pile up here
-            building = self._building.setdefault(key, threading.Lock())
-        if entry is not None and entry.generation == generation:
-            if self._clock() - entry.built_at < self._ttl:
-                return entry
-            if not building.acquire(blocking=False):
-                return entry  # someone is refreshing it: this body is at most ttl old
-        else:
-            building.acquire()
-        try:
-            with self._lock:  # built by another caller while this one waited?
-                entry = self._entries.get(key)
-            if entry is not None and entry.generation >= generation and \
-                    self._clock() - entry.built_at < self._ttl:
-                return entry
-            fresh = render(key, generation, build(), self._clock())
-            with self._lock:
-                if len(self._entries) >= self._max:
-                    self._entries.clear()
-                self._entries[key] = fresh
-            return fresh
-        finally:
-            building.release()
-
-
-def _matches(if_none_match: str | None, etag: str) -> bool:
-    """RFC 9110 weak comparison: ``*`` or any listed tag equal but for a ``W/`` prefix."""
-    if not if_none_match:
-        return False
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag.removeprefix("W/") in tags
-
-
-def _conditional(request: Request, rendered: Rendered) -> Response:
-    headers = {"ETag": rendered.etag, "Cache-Control": "no-cache",
-               "X-Envcheck-Generation": str(rendered.generation)}
-    if _matches(request.headers.get("if-none-match"), rendered.etag):
-        return Response(status_code=304, headers=headers)
-    return Response(rendered.body, media_type="application/json", headers=headers)
-
-
 # --- the application ------------------------------------------------------------------------
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -246,6 +171,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
     cache = ResponseCache(cache_ttl_s, clock)
     token_digest = hashlib.sha256(token.encode()).digest() if token else None
     mutations = threading.Lock()
+
     def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None,
                                          Depends(_BEARER)]) -> None:
         if token_digest is None:
@@ -307,7 +233,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
                 raise unknown_suite(suite) from None
             return AllowlistOut.of(listing).model_dump_json().encode()
 
-        return _conditional(request, cache.get(request.url.path, generation, build))
+        return conditional(request, cache.get(request.url.path, generation, build))
 
     @app.get("/v1/quarantine", response_model=QuarantineOut, responses=_NOT_FOUND,
              summary="Quarantined environments, with source, actor, reason and evidence")
@@ -322,7 +248,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
             return doc.model_dump_json().encode()
 
         key = f"{request.url.path}?suite={suite or ''}"
-        return _conditional(request, cache.get(key, generation, build))
+        return conditional(request, cache.get(key, generation, build))
 
     @app.get("/v1/environments/{env_id}", response_model=EnvironmentOut, responses=_NOT_FOUND,
              summary="An environment's state, per-kind health, history and latest results")
@@ -352,7 +278,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
             if history else [],
             latest_results=[ResultOut.of(r) for r in store.latest_results([env_id])])
         key = f"{request.url.path}?history={history}"
-        return _conditional(request, render(key, generation,
+        return conditional(request, render(key, generation,
                                             doc.model_dump_json().encode(), clock()))
 
     def change(env_id: str, body: QuarantineChange, *, add: bool) -> QuarantineChangeOut:
@@ -401,14 +327,37 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
 
 def _config(app: ASGIApp, access_log: bool, **kwargs: Any) -> uvicorn.Config:
     # log_config=None: uvicorn must not replace the host program's logging configuration.
-    return uvicorn.Config(app, access_log=access_log, log_config=None, lifespan="off",
+    return uvicorn.Config(app, access_log=access_log, log_config=None,
                           server_header=False, timeout_graceful_shutdown=5, **kwargs)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a SIGINT or SIGTERM makes :meth:`run` *return*.
+
+    uvicorn re-raises the signal after its graceful shutdown; with SIGTERM's default action
+    that kills the process before the caller's ``finally`` (stop the scheduler, let probes
+    finish, remove their containers) can run.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
           access_log: bool = False) -> None:
-    """Serve until SIGINT or SIGTERM (blocking; call from the main thread)."""
-    uvicorn.Server(_config(app, access_log, host=host, port=port)).run()
+    """Serve until SIGINT or SIGTERM, then return after requests in flight are answered
+    (blocking; signals are caught only when called from the main thread)."""
+    _Server(_config(app, access_log, host=host, port=port)).run()
 
 
 @contextlib.contextmanager

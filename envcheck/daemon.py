@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from envcheck.api import DEFAULT_PORT
 from envcheck.catalogue import load_catalogue
 from envcheck.errors import CatalogueError, EngineUnreachable
 from envcheck.sandbox.docker import DockerRuntime
@@ -37,7 +38,7 @@ log = logging.getLogger("envcheck.daemon")
 class DaemonConfig:
     catalogue: tuple[Path, ...]
     host: str = "127.0.0.1"
-    port: int = 8787
+    port: int = DEFAULT_PORT
     concurrency: int = 2
     per_image: int | None = None
     window_s: float = 60.0

@@ -165,24 +165,20 @@ class UnknownSuite(LookupError):
 
 
 def allowlist(store: Store, suite_id: str, generation: int | None = None) -> Allowlist:
-    """What a scheduler may use from a suite now (read from the store alone)."""
+    """What a scheduler may use from a suite now (read from the store alone, one query)."""
     suite = next((s for s in store.suites() if s.id == suite_id), None)
     if suite is None:
         raise UnknownSuite(suite_id)
-    members = store.suite_members(suite_id)
-    rows = {r.env_id: r for r in store.env_states(members)}
     out = Allowlist(suite_id, generation=store.generation() if generation is None else generation)
-    for env_id in members:
-        row = rows.get(env_id)
-        state = EnvState(row.state) if row is not None else EnvState.UNKNOWN
-        quarantined = row is not None and row.quarantined
-        if allowed(state, quarantined, suite.allow_degraded):
-            out.allowed.append(env_id)
-        elif quarantined and row is not None:
-            out.excluded[env_id] = f"quarantined ({row.q_source}): {row.q_reason}"
+    for row in store.suite_feed_rows(suite_id):
+        state = EnvState(row.state) if row.state is not None else EnvState.UNKNOWN
+        if allowed(state, row.quarantined, suite.allow_degraded):
+            out.allowed.append(row.env_id)
+        elif row.quarantined:
+            out.excluded[row.env_id] = f"quarantined ({row.q_source}): {row.q_reason}"
         else:
-            why = row.reason if row is not None else "never checked"
-            out.excluded[env_id] = f"{state}: {why}"
+            why = row.reason if row.state is not None else "never checked"
+            out.excluded[row.env_id] = f"{state}: {why}"
     return out
 
 

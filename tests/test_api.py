@@ -7,8 +7,12 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ import pytest
 import requests
 
 from envcheck.api import ApiConfigError, create_app, load_api_token, serve_in_thread
+from envcheck.api_cache import Rendered, ResponseCache, render
 from envcheck.catalogue import DependencySpec, Environment, Suite
 from envcheck.errors import StoreError
 from envcheck.feed import evaluate, set_quarantine_by_id
@@ -201,6 +206,20 @@ def test_allowlist_matches_the_cli_gate(api: Api, store_url: str) -> None:
             assert doc[key] == cli[key], key
 
 
+def test_suite_feed_rows_agree_with_the_state_rows(api: Api) -> None:
+    api.store.sync_environments([Environment(id="train-late", image="x:1", suite="train")])
+    rows = api.store.suite_feed_rows("train")
+    members = api.store.suite_members("train")
+    states = {r.env_id: r for r in api.store.env_states(members)}
+    assert [r.env_id for r in rows] == members
+    for row in rows:
+        full = states.get(row.env_id)
+        assert (row.state, row.reason, row.quarantined, row.q_source, row.q_reason) == (
+            (full.state, full.reason, full.quarantined, full.q_source, full.q_reason)
+            if full is not None else (None, None, False, None, None))
+    assert api.store.suite_feed_rows("nope") == []
+
+
 def test_quarantine_list(api: Api) -> None:
     doc = api.get("/v1/quarantine").json()
     entries = {e["env_id"]: e for e in doc["quarantined"]}
@@ -300,6 +319,34 @@ def test_if_none_match_forms(api: Api) -> None:
     for header in (etag, f"W/{etag}", f'"other", {etag}', "*"):
         assert api.get(path, headers={"If-None-Match": header}).status_code == 304, header
     assert api.get(path, headers={"If-None-Match": '"0-stale"'}).status_code == 200
+
+
+def test_cache_never_answers_a_new_generation_from_an_old_one() -> None:
+    now = [0.0]
+    cache = ResponseCache(5.0, lambda: now[0])
+    a = cache.get("k", 1, lambda: b"a")
+    assert cache.get("k", 1, lambda: b"b") is a  # cached
+    c = cache.get("k", 2, lambda: b"c")  # a new generation rebuilds at once
+    assert c.body == b"c" and c.etag != a.etag and c.etag.startswith('"2-')
+    assert render("k", 2, b"c", 0.0).etag == c.etag  # same content, same tag
+    assert render("other", 2, b"c", 0.0).etag != c.etag
+    now[0] = 10.0  # expired: one caller rebuilds, the others get the previous body meanwhile
+    started, release = threading.Event(), threading.Event()
+    refreshed: list[Rendered] = []
+
+    def slow() -> bytes:
+        started.set()
+        release.wait(10)
+        return b"d"
+
+    refresher = threading.Thread(target=lambda: refreshed.append(cache.get("k", 2, slow)))
+    refresher.start()
+    assert started.wait(10)
+    assert cache.get("k", 2, lambda: b"x") is c
+    release.set()
+    refresher.join(10)
+    assert refreshed[0].body == b"d"
+    assert cache.get("k", 2, lambda: b"y").body == b"d"
 
 
 def test_changes_without_a_transition_show_after_the_ttl(serve: Callable[..., Api]) -> None:
@@ -503,6 +550,48 @@ def test_token_from_variable_or_file(tmp_path: Path) -> None:
     secret.write_text("\n")
     with pytest.raises(ApiConfigError, match="empty"):
         load_api_token({"ENVCHECK_API_TOKEN_FILE": str(secret)})
+
+
+# --- serving ----------------------------------------------------------------------------------
+
+SERVE = r"""
+import sys
+from envcheck.api import create_app, serve
+from envcheck.store import open_store
+
+with open_store(sys.argv[1]) as store:
+    serve(create_app(store), port=int(sys.argv[2]))
+    print("serve returned", flush=True)
+"""
+
+
+def test_serve_returns_on_sigterm(tmp_path: Path) -> None:
+    """The daemon's shutdown code runs after serve(): a SIGTERM must not kill the process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"sqlite:///{tmp_path / 'envcheck.db'}"
+    with subprocess.Popen([sys.executable, "-c", SERVE, url, str(port)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with requests.get(f"http://127.0.0.1:{port}/openapi.json",
+                                      timeout=(1, 5)) as answer:
+                        assert answer.status_code == 200
+                        break
+                except requests.ConnectionError:
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+                    time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.strip() == "serve returned"
 
 
 # --- load -------------------------------------------------------------------------------------

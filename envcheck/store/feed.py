@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
@@ -27,7 +27,7 @@ from envcheck.store.tables import (
     TransitionRow,
 )
 
-__all__ = ["FeedRecords"]
+__all__ = ["FeedRecords", "FeedRow"]
 
 # Enough history for any decision (SPRT release needs ~30 runs) without reading it all.
 OBSERVATION_WINDOW = 400
@@ -155,3 +155,28 @@ class FeedRecords:
             query = query.where(EnvStateRow.suite == suite)
         with self._session() as session:
             return list(session.exec(query))
+
+    def suite_feed_rows(self, suite_id: str) -> list[FeedRow]:
+        """Each member of a suite with its state and quarantine, by id, in one query of plain
+        rows (no ORM objects, no JSON columns): what an allowlist needs, ~10x cheaper than
+        ``suite_members`` + ``env_states``, and free of bound-parameter limits."""
+        env: Any = EnvironmentRow.__table__  # type: ignore[attr-defined]
+        state: Any = EnvStateRow.__table__  # type: ignore[attr-defined]
+        query = (sa_select(env.c.id, state.c.state, state.c.reason, state.c.quarantined,
+                           state.c.q_source, state.c.q_reason)
+                 .select_from(env.outerjoin(state, state.c.env_id == env.c.id))
+                 .where(env.c.suite == suite_id).order_by(env.c.id))
+        with self._session() as session:
+            return [FeedRow(env_id, st, reason, bool(q), source, why)
+                    for env_id, st, reason, q, source, why in session.execute(query)]
+
+
+class FeedRow(NamedTuple):
+    """A suite member as the feed sees it; ``state`` is None if it was never assessed."""
+
+    env_id: str
+    state: str | None
+    reason: str | None
+    quarantined: bool
+    q_source: str | None
+    q_reason: str | None
