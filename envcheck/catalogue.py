@@ -425,6 +425,11 @@ class DataSource(_Model):
     ca_bundle: str | None = Field(None, pattern=r"^/", description=(
         "PEM file of the certificate authorities to trust instead of the system's"))
     in_sandbox: InSandboxOption = None
+    # Placement, not spec: excluded from dumps, so pinning a source moves no spec hash.
+    node: Ident | None = Field(None, exclude=True, description=(
+        "with the ray executor: a custom resource that only the worker nodes able to reach "
+        "this source declare (e.g. net-inside); the datasource probes of environments using "
+        "the source run on such a node. The local executor ignores it"))
     schedule: Seconds | None = 300.0
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

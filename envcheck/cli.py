@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -19,12 +19,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envcheck.catalogue import Catalogue, CatalogueFile, Environment, load_catalogue
+from envcheck.cli_dashboard import dashboard
 from envcheck.cli_feed import gate, quarantine_app
-from envcheck.errors import CatalogueError, EngineUnreachable, StoreError
+from envcheck.errors import CatalogueError, EngineUnreachable, InfraError, StoreError
+from envcheck.executors import ExecutorConfig, ExecutorKind, open_executor
 from envcheck.feed import Previous, previous_statuses
 from envcheck.kinds import available_kinds
 from envcheck.results import ProbeKind, ProbeResult, Status
-from envcheck.runner import ResultSink, Services, run_cycle, unchecked
+from envcheck.runner import ResultSink, Services, unchecked
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.services import build_services
 
@@ -131,10 +133,19 @@ def check(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per result")] = False,
     database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
                                                  help="store URL (default: SQLite)")] = None,
+    executor: Annotated[ExecutorKind, typer.Option(
+        envvar="ENVCHECK_EXECUTOR", help="where checks run: this host's engine, or Ray tasks "
+        "on nodes declaring the 'docker' resource (pip install envcheck[ray])")
+    ] = ExecutorKind.LOCAL,
+    ray_address: Annotated[str | None, typer.Option(
+        envvar="ENVCHECK_RAY_ADDRESS", help="Ray cluster (host:port; default: RAY_ADDRESS or "
+        "this host's cluster; 'local': a private one here with --concurrency docker slots)")
+    ] = None,
 ) -> None:
     """Run one check cycle now, store the results and print them."""
     from envcheck.store import open_store
 
+    config = ExecutorConfig.parse(executor, concurrency=concurrency, ray_address=ray_address)
     catalogue = _load(paths)
     envs, kinds = _select(catalogue, env), _kinds(probe)
     try:
@@ -154,8 +165,8 @@ def check(
             store.record(run_id, result)
 
         try:
-            results = _run(envs, kinds, run_id, record, concurrency, as_json,
-                           build_services(catalogue, store))
+            results = _run(envs, kinds, run_id, record, config, as_json,
+                           build_services(catalogue, store), store)
         except KeyboardInterrupt:
             store.interrupt_run(run_id)
             err.print("interrupted: in-flight probes finished, their containers removed")
@@ -183,8 +194,8 @@ def _assess(store: Store, run_id: str, envs: list[Environment],
 
 
 def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
-         record: ResultSink | None, concurrency: int, as_json: bool,
-         services: Services | None = None) -> list[ProbeResult]:
+         record: ResultSink | None, config: ExecutorConfig, as_json: bool,
+         services: Services | None = None, store: Store | None = None) -> list[ProbeResult]:
     progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
                         console=err, transient=True)
@@ -199,8 +210,8 @@ def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
         progress.update(task, advance=1, description=f"{result.env_id} {result.status}")
 
     try:
-        runtime = DockerRuntime.from_env()
-    except EngineUnreachable as exc:
+        executor = open_executor(config, shapes=store)  # local: connects and reaps
+    except InfraError as exc:
         logging.getLogger("envcheck").error("%s", exc)
         results = unchecked(envs, kinds, exc)
         for result in results:
@@ -208,10 +219,9 @@ def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
         return results
     with progress:
         try:
-            runtime.reap()
-            return run_cycle(envs, kinds, runtime, run_id, sink, concurrency, services)
+            return executor.run_cycle(envs, kinds, run_id, sink, services)
         finally:
-            runtime.close()
+            executor.close()
 
 
 @app.command()
@@ -324,15 +334,34 @@ def daemon(
     database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
                                                  help="store URL (default: SQLite)")] = None,
     log_level: Annotated[str, typer.Option(envvar="ENVCHECK_LOG_LEVEL")] = "info",
+    webhooks_file: Annotated[Path | None, typer.Option(
+        envvar="ENVCHECK_WEBHOOKS_FILE",
+        help="YAML list of webhooks for alerts; URLs from env vars or secret files")] = None,
+    webhook: Annotated[list[str] | None, typer.Option(
+        envvar="ENVCHECK_WEBHOOK", help="also alert this URL (repeatable); command lines are "
+        "visible to all users: put URLs with tokens in --webhooks-file")] = None,
+    webhook_format: Annotated[Literal["alertmanager", "slack"], typer.Option(
+        help="payload of the --webhook URLs")] = "alertmanager",
+    external_url: Annotated[str | None, typer.Option(
+        envvar="ENVCHECK_EXTERNAL_URL",
+        help="this daemon's URL in alert links (default: http://HOST:PORT)")] = None,
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     from envcheck.daemon import DaemonConfig, run_daemon
     from envcheck.logs import configure
+    from envcheck.notify_config import WebhookConfigError, load_webhooks
 
     configure(log_level)
     _load(paths)  # refuse a bad catalogue before anything starts
+    try:  # read once, here: a missing secret stops the start, not the first alert
+        hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
+    except WebhookConfigError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]error[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
     config = DaemonConfig(tuple(paths), host=host, port=port, concurrency=concurrency,
-                          per_image=per_image, window_s=window, database=database)
+                          per_image=per_image, window_s=window, database=database,
+                          webhooks=hooks, external_url=external_url)
     try:
         code = run_daemon(config)
     except StoreError as exc:
@@ -342,6 +371,7 @@ def daemon(
 
 
 app.command()(gate)
+app.command()(dashboard)
 app.add_typer(quarantine_app, name="quarantine")
 
 

@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from envcheck.api import DEFAULT_PORT
 from envcheck.catalogue import load_catalogue
 from envcheck.errors import CatalogueError, EngineUnreachable
+from envcheck.notify_config import WebhookConfig
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.scheduler import ProbeScheduler
 from envcheck.services import build_services
@@ -44,6 +45,9 @@ class DaemonConfig:
     window_s: float = 60.0
     database: str | None = None
     grace_s: float = 120.0
+    webhooks: tuple[WebhookConfig, ...] = ()  # URLs are secrets: never in a repr or a log
+    external_url: str | None = None  # envcheck's address in alert links (http://host:port)
+    notify_flush_s: float = 10.0  # at shutdown, then undelivered alerts wait for next start
 
 
 def connect_engine(stop: threading.Event, max_wait_s: float | None = None) -> DockerRuntime:
@@ -98,6 +102,7 @@ def build_app(store: Store, scheduler: ProbeScheduler, runtime: DockerRuntime,
 def run_daemon(config: DaemonConfig) -> int:
     from envcheck.api import load_api_token, serve
     from envcheck.metrics import build_registry
+    from envcheck.notify import Notifier
     from envcheck.store import open_store
 
     catalogue = load_catalogue(config.catalogue)
@@ -109,11 +114,16 @@ def run_daemon(config: DaemonConfig) -> int:
     log.info("daemon starting", extra={"environments": len(catalogue.environments),
                                        "reaped": reaped, "interrupted_runs": interrupted,
                                        "port": config.port})
+    notifier = Notifier(store, config.webhooks, external_url=config.external_url
+                        or f"http://{config.host}:{config.port}") if config.webhooks else None
     scheduler = ProbeScheduler(catalogue, runtime, store, concurrency=config.concurrency,
                                per_image=config.per_image, window_s=config.window_s,
-                               services=build_services)
+                               services=build_services,
+                               on_cycle=notifier.on_cycle if notifier is not None else None)
     registry = build_registry(store, scheduler)
     _install_reload(config.catalogue, scheduler, store)
+    if notifier is not None:
+        notifier.start()
     scheduler.start()
     # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal it caught to
     # the handler installed before it: this one, so the shutdown below runs instead of the
@@ -127,6 +137,8 @@ def run_daemon(config: DaemonConfig) -> int:
         log.info("daemon stopping")
         stop.set()
         scheduler.stop(config.grace_s)
+        if notifier is not None:  # after the scheduler: its last window may alert too
+            notifier.stop(config.notify_flush_s)
         runtime.close()
         store.close()
         log.info("daemon stopped")

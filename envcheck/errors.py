@@ -9,7 +9,8 @@
         ├── EngineUnreachable               the Docker engine does not answer
         ├── ImageMissing (LookupError)      the image is not present on the host
         ├── SandboxFailed                   a container could not be created or died under us
-        └── SecretUnavailable               a data source's secret env var or file is missing
+        ├── SecretUnavailable               a data source's secret env var or file is missing
+        └── ExecutorUnavailable             no worker can run checks (e.g. Ray cluster unreachable)
     SandboxStartFailed                      the *image* cannot start a container: an environment
                                             verdict in transit, turned into a result by the probe
                                             base and never raised past it
@@ -29,6 +30,7 @@ __all__ = [
     "CatalogueIssue",
     "EngineUnreachable",
     "EnvcheckError",
+    "ExecutorUnavailable",
     "ImageMissing",
     "InfraError",
     "SandboxFailed",
@@ -89,6 +91,13 @@ class SecretUnavailable(InfraError):
     """A deployment problem (the secret was not provided), never the environment's fault."""
 
     reason = Reason.SECRET_UNAVAILABLE
+
+
+class ExecutorUnavailable(InfraError):
+    """The executor has nowhere to run checks: its cluster is unreachable or has no node
+    with a Docker engine."""
+
+    reason = Reason.NODE_UNAVAILABLE
 
 
 class SandboxStartFailed(EnvcheckError):

@@ -4,6 +4,9 @@ Probe counters and the duration histogram are folded in incrementally: each scra
 results newer than the last one it saw, so a scrape stays cheap on a store of millions.
 Cardinality is bounded by the fleet: per-environment series carry (env, suite) and nothing
 that grows with time; everything else is per suite, kind, status or data source.
+
+The names are the contract of ``alerts.yaml`` (top level); ``tests/test_alerts.py`` lints a
+scrape with ``promtool check metrics`` and checks every name the rules use is exported.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from sqlalchemy import func
 from sqlalchemy import select as sa_select
 
 from envcheck.results import ProbeKind
-from envcheck.store.tables import ProbeResultRow
+from envcheck.store.tables import EnvStateRow, IncidentRow, ProbeResultRow
 
 if TYPE_CHECKING:
     from envcheck.scheduler import ProbeScheduler
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUCKETS", "StoreCollector", "build_registry"]
 
+INCIDENT_KINDS = ("engine_unreachable", "failure_storm")  # exported at 0 before the first
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 STATES = ("unknown", "healthy", "degraded", "flaky", "broken")
 _SCAN_BATCH = 50_000
@@ -104,12 +109,13 @@ class StoreCollector(Collector):
     # --- collect ------------------------------------------------------------------------
 
     def collect(self) -> Iterable[Metric]:
+        states = self._store.env_states()
         with self._lock:
             envs = self._store.environments()
             suite_of = {e.id: e.suite for e in envs}
             self._fold(suite_of)
-            yield from self._probe_metrics(suite_of)
-        yield from self._state_metrics()
+            yield from self._probe_metrics(suite_of, {r.env_id for r in states if r.quarantined})
+        yield from self._state_metrics(states)
         yield from self._datasource_metrics()
         yield from self._feed_metrics()
         yield from self._scheduler_metrics()
@@ -117,7 +123,24 @@ class StoreCollector(Collector):
         up.add_metric([], 1.0)
         yield up
 
-    def _probe_metrics(self, suite_of: dict[str, str]) -> Iterable[Metric]:
+    def _scheduled(self, quarantined: set[str]) -> dict[tuple[str, str], float] | None:
+        """(env, kind) -> interval in force now, for what the daemon schedules; None when
+        this collector has no scheduler (then every stored result counts)."""
+        if self._scheduler is None:
+            return None
+        from envcheck.feed import applicable_kinds
+        from envcheck.scheduler import interval_of
+
+        scheduled: dict[tuple[str, str], float] = {}
+        for env in self._scheduler.catalogue.environments:
+            for kind in applicable_kinds(env):
+                interval = interval_of(env, kind, env.id in quarantined)
+                if interval is not None:
+                    scheduled[(env.id, str(kind))] = interval
+        return scheduled
+
+    def _probe_metrics(self, suite_of: dict[str, str], quarantined: set[str]
+                       ) -> Iterable[Metric]:
         f = self._folded
         runs = CounterMetricFamily("envcheck_probe_results", "Probe results by outcome",
                                    labels=["suite", "kind", "status"])
@@ -138,10 +161,15 @@ class StoreCollector(Collector):
             hist.add_metric([kind], bounds, f.dur_sum[kind])
         yield hist
         now = self._now()
-        # The stalest environment of a suite and kind: what "results are stale" alerts read.
+        # The stalest environment of a suite and kind, against the longest interval in force
+        # there: what the StaleResults alert compares. Only what is scheduled now counts: an
+        # environment removed from the catalogue, or a kind turned off, does not age forever.
+        scheduled = self._scheduled(quarantined)
         oldest: dict[tuple[str, str], float] = {}
         newest_pass: dict[tuple[str, str], float] = {}
         for (env_id, kind), at in f.last_seen.items():
+            if scheduled is not None and (env_id, kind) not in scheduled:
+                continue
             key = (suite_of.get(env_id, ""), kind)
             age = now - at.timestamp()
             oldest[key] = max(oldest.get(key, 0.0), age)
@@ -149,11 +177,23 @@ class StoreCollector(Collector):
             key = (suite_of.get(env_id, ""), kind)
             newest_pass[key] = max(newest_pass.get(key, 0.0), at.timestamp())
         age = GaugeMetricFamily("envcheck_oldest_result_age_seconds",
-                                "Age of the stalest environment's newest result",
-                                labels=["suite", "kind"])
+                                "Age of the newest result of the suite's stalest scheduled "
+                                "environment, per probe kind", labels=["suite", "kind"])
         for key, value in sorted(oldest.items()):
             age.add_metric(list(key), value)
         yield age
+        if scheduled is not None:
+            longest: dict[tuple[str, str], float] = {}
+            for (env_id, kind), interval in scheduled.items():
+                key = (suite_of.get(env_id, ""), kind)
+                longest[key] = max(longest.get(key, 0.0), interval)
+            interval_metric = GaugeMetricFamily(
+                "envcheck_probe_interval_seconds",
+                "Longest probe interval in force in the suite for this kind (quarantined "
+                "environments are probed more slowly)", labels=["suite", "kind"])
+            for key, value in sorted(longest.items()):
+                interval_metric.add_metric(list(key), value)
+            yield interval_metric
         last = GaugeMetricFamily("envcheck_last_success_timestamp_seconds",
                                  "When a probe of this suite and kind last passed",
                                  labels=["suite", "kind"])
@@ -161,8 +201,7 @@ class StoreCollector(Collector):
             last.add_metric(list(key), value)
         yield last
 
-    def _state_metrics(self) -> Iterable[Metric]:
-        rows = self._store.env_states()
+    def _state_metrics(self, rows: list[EnvStateRow]) -> Iterable[Metric]:
         state = GaugeMetricFamily("envcheck_environment_state",
                                   "1 for the environment's current state",
                                   labels=["env", "suite", "state"])
@@ -214,9 +253,11 @@ class StoreCollector(Collector):
                                labels=["source"])
         avail = GaugeMetricFamily("envcheck_datasource_availability_ratio",
                                   "Share of good samples in the last probe", labels=["source"])
+        # `stat`, not `quantile`: that label belongs to summaries (promtool check metrics),
+        # and these are one probe's statistics, not a running summary.
         latency = GaugeMetricFamily("envcheck_datasource_latency_seconds",
-                                    "Latency of the last probe's samples",
-                                    labels=["source", "quantile"])
+                                    "Latency of the last probe's good samples (p50, p95, max)",
+                                    labels=["source", "stat"])
         drift = GaugeMetricFamily("envcheck_datasource_schema_drift",
                                   "1 while the response shape differs from the accepted one",
                                   labels=["source"])
@@ -224,10 +265,10 @@ class StoreCollector(Collector):
             up.add_metric([source_id], 1.0 if info.get("status") == "pass" else 0.0)
             if info.get("availability") is not None:
                 avail.add_metric([source_id], float(info["availability"]))
-            for q, key in (("0.5", "p50"), ("0.95", "p95"), ("1", "max")):
+            for key in ("p50", "p95", "max"):
                 value = (info.get("latency_ms") or {}).get(key)
                 if value is not None:
-                    latency.add_metric([source_id, q], float(value) / 1000)
+                    latency.add_metric([source_id, key], float(value) / 1000)
             drift.add_metric([source_id], 1.0 if info.get("reason") == "schema_drift" else 0.0)
         yield from (up, avail, latency, drift)
 
@@ -235,11 +276,13 @@ class StoreCollector(Collector):
         incidents = CounterMetricFamily("envcheck_incidents",
                                         "Check cycles judged infrastructure incidents",
                                         labels=["kind"])
-        counts: dict[str, int] = defaultdict(int)
-        for row in self._store.incidents(limit=1_000_000):
-            counts[row.kind] += 1
-        for kind in ("engine_unreachable", "failure_storm"):
-            incidents.add_metric([kind], counts.get(kind, 0))
+        table: Any = IncidentRow.__table__  # type: ignore[attr-defined]
+        with self._store.engine.connect() as conn:
+            counts: dict[str, int] = dict.fromkeys(INCIDENT_KINDS, 0)
+            rows = conn.execute(sa_select(table.c.kind, func.count()).group_by(table.c.kind))
+            counts.update({str(kind): int(n) for kind, n in rows})
+        for kind, n in sorted(counts.items()):
+            incidents.add_metric([kind], n)
         yield incidents
         generation = GaugeMetricFamily("envcheck_feed_generation",
                                        "Newest transition id of the quarantine feed")
@@ -256,12 +299,12 @@ class StoreCollector(Collector):
         running.add_metric([], stats.running)
         lags = sorted(stats.lags)
         lag = GaugeMetricFamily("envcheck_scheduler_lag_seconds",
-                                "Delay from due to started, recent probes",
-                                labels=["quantile"])
+                                "Delay from due to started over the recent probes (p50, p95, max)",
+                                labels=["stat"])
         if lags:
-            for q in (0.5, 0.95):
-                lag.add_metric([str(q)], lags[min(int(q * len(lags)), len(lags) - 1)])
-            lag.add_metric(["1"], lags[-1])
+            for stat, q in (("p50", 0.5), ("p95", 0.95)):
+                lag.add_metric([stat], lags[min(int(q * len(lags)), len(lags) - 1)])
+            lag.add_metric(["max"], lags[-1])
         jobs = GaugeMetricFamily("envcheck_scheduled_jobs", "Scheduled (environment, kind) jobs")
         jobs.add_metric([], len(self._scheduler.jobs()))
         yield from (depth, running, lag, jobs)

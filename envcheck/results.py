@@ -104,6 +104,8 @@ class Reason(StrEnum):
     CHECKER_CRASHED = "checker_crashed"
     SECRET_UNAVAILABLE = "secret_unavailable"
     INTERRUPTED = "interrupted"
+    WORKER_LOST = "worker_lost"
+    NODE_UNAVAILABLE = "node_unavailable"
 
 
 REASON_DOCS: dict[Reason, str] = {
@@ -164,6 +166,11 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.SECRET_UNAVAILABLE: "a data source's secret (env var or file) is missing or empty "
                                "(not the environment's fault)",
     Reason.INTERRUPTED: "the check run was interrupted before the probe finished",
+    Reason.WORKER_LOST: "the worker node running the check died and its retries ran out "
+                        "(not the environment's fault)",
+    Reason.NODE_UNAVAILABLE: "no live worker node offers what the check needs: a Docker engine, "
+                             "or the node a data source is pinned to (not the environment's "
+                             "fault)",
 }
 
 

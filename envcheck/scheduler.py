@@ -3,29 +3,40 @@
 Each (environment, probe kind) is an interval job with jitter that only puts work on a
 priority queue (stale first, then suspect, then the rest, quarantined last); ``concurrency``
 worker threads take work from it, so a 2-core host never runs more sandboxes than that, and
-no more than ``per_image`` of one image at once. A (environment, kind) already queued or
-running is not queued again (APScheduler's ``max_instances=1`` only covers the enqueue).
+no more than ``per_image`` of one image at once. A worker never waits on a busy image: work
+for it is set aside and the next best work for another image runs instead. A (environment,
+kind) already queued or running is not queued again (APScheduler's ``max_instances=1`` only
+covers the enqueue). Quarantined environments are probed ``quarantined_factor`` times less
+often; their jobs are rescheduled when the quarantine changes.
 
-Results are grouped into windows (``window_s``): each window is a check run, and when it
-closes it is judged and assessed exactly like an ``envcheck check`` cycle (``assess_cycle``),
-so the daemon and the CLI move states by the same rule.
+Results are grouped into windows (``window_s``): each window with results is a check run, and
+when it closes it is judged and assessed exactly like an ``envcheck check`` cycle
+(``assess_cycle``), so the daemon and the CLI move states by the same rule. A window in which
+nothing happened leaves no run behind.
+
+Idle cost: APScheduler sleeps until the next job is due (the enqueue runs inline in its
+thread, no pool), workers sleep on a condition, and an empty window costs one query.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-import queue
 import random
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
+from apscheduler.executors.base import BaseExecutor
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy import select as sa_select
 
 from envcheck.catalogue import Catalogue, Environment
 from envcheck.feed import CycleOutcome, Previous, applicable_kinds, assess_cycle, evaluate
@@ -33,28 +44,40 @@ from envcheck.results import ProbeKind, ProbeResult
 from envcheck.runner import Services, check_environment
 from envcheck.sandbox.base import SandboxRuntime
 from envcheck.store import Store
+from envcheck.store.tables import CheckRun, ProbeResultRow, RunState
 
 __all__ = ["ProbeScheduler", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
 STALE, SUSPECT, NORMAL, QUARANTINED = 0, 1, 2, 3
+WINDOW_JOB = "envcheck:window"
+CATCH_UP_JOB = "envcheck:catch-up"
+# A backlog after a restart is spread over this many seconds at most instead of one burst.
+RESTART_SPREAD_S = 5.0
+# No result for this many intervals: the (environment, kind) counts as stale.
+STALE_INTERVALS = 2.0
+
+Key = tuple[str, ProbeKind]
 
 
 @dataclass(order=True, frozen=True)
 class Work:
     priority: int
-    due: float
+    due: float  # wall clock (epoch seconds) when it was due
+    seq: int  # first come, first served among equals
     env_id: str = field(compare=False)
     kind: ProbeKind = field(compare=False)
 
 
-@dataclass
+@dataclass(eq=False)
 class Window:
-    run_id: str
+    run_id: str | None = None  # created with the window's first probe
     results: list[ProbeResult] = field(default_factory=list)
     env_ids: set[str] = field(default_factory=set)
     before: Previous = field(default_factory=dict)
+    writers: int = 0  # results being written to the store right now
+    run_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass
@@ -74,12 +97,48 @@ def interval_of(env: Environment, kind: ProbeKind, quarantined: bool) -> float |
     return base * env.schedules.quarantined_factor if quarantined else base
 
 
+def _epoch(at: datetime) -> float:
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
+def _unassessed_env_ids(store: Store) -> set[str]:
+    """Environments with results in interrupted runs: nobody assessed those runs.
+
+    A superset over time (assessing again changes nothing), bounded by the fleet.
+    """
+    results: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
+    runs: Any = CheckRun.__table__  # type: ignore[attr-defined]
+    query = (sa_select(results.c.env_id).distinct()
+             .join(runs, runs.c.id == results.c.run_id)
+             .where(runs.c.state == RunState.INTERRUPTED.value))
+    with store.engine.connect() as conn:
+        return {row[0] for row in conn.execute(query)}
+
+
+class _EnqueueExecutor(BaseExecutor):  # type: ignore[misc]
+    """Runs a due job in APScheduler's own thread and tells it when it was due.
+
+    A job only enqueues (never blocks), so it needs no thread pool; and the due time lets
+    the lag be measured from when the probe was due, not from when a thread got to it.
+    """
+
+    def submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        try:
+            job.func(*job.args, due=run_times[-1].timestamp())
+        except Exception:
+            log.exception("enqueueing a due probe failed", extra={"job": job.id})
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        self.submit_job(job, run_times)
+
+
 class ProbeScheduler:
     def __init__(self, catalogue: Catalogue, runtime: SandboxRuntime, store: Store, *,
                  concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
                  services: Callable[[Catalogue, Store], Services] | None = None,
                  on_cycle: Callable[[CycleOutcome], None] | None = None) -> None:
         self._catalogue = catalogue
+        self._envs = {env.id: env for env in catalogue.environments}
         self._runtime = runtime
         self._store = store
         self._concurrency = max(concurrency, 1)
@@ -88,20 +147,32 @@ class ProbeScheduler:
         self._build_services = services
         self._services: Services | None = services(catalogue, store) if services else None
         self._on_cycle = on_cycle
-        self._queue: queue.PriorityQueue[Work] = queue.PriorityQueue()
+        # _lock guards the queue, the busy set, the counters and the window; never call the
+        # store or APScheduler while holding it (APScheduler calls _due holding its own lock).
         self._lock = threading.Lock()
-        self._busy: set[tuple[str, ProbeKind]] = set()
-        self._image_slots: dict[str, threading.BoundedSemaphore] = defaultdict(
-            lambda: threading.BoundedSemaphore(self._per_image))
+        self._work_ready = threading.Condition(self._lock)
+        self._records_done = threading.Condition(self._lock)
+        self._pending: list[Work] = []  # a heap
+        self._blocked: dict[str, list[Work]] = {}  # image -> heap of work waiting for a slot
+        self._image_running: dict[str, int] = defaultdict(int)
+        self._busy: set[Key] = set()
+        self._seq = itertools.count()
+        self._close_lock = threading.Lock()  # one window closes at a time
+        self._jobs_lock = threading.RLock()  # job changes: start, reload, quarantine changes
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
         self._last: Previous = {}
+        self._last_at: dict[Key, float] = {}
         self._quarantined: set[str] = set()
         self._suspect: set[str] = set()
+        self._generation = -1
         self._window: Window | None = None
         self.stats = SchedulerStats()
-        self._aps = BackgroundScheduler(timezone=UTC, job_defaults={
-            "coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
+        self._aps = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": _EnqueueExecutor(), "window": ThreadPoolExecutor(1)},
+            # A late enqueue still runs (once): skipping it would skip a whole interval.
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -112,200 +183,334 @@ class ProbeScheduler:
     def start(self) -> None:
         self._store.sync_suites(self._catalogue.suites)
         self._store.sync_environments(self._catalogue.environments)
-        # Results a killed daemon left unassessed count now.
-        evaluate(self._store, self._catalogue.environments)
         self._refresh_states()
-        self._last = {(r.env_id, r.kind): r.status for r in self._store.latest_results()}
-        self._open_window()
-        self._schedule_all()
-        self._aps.add_job(self.close_window, IntervalTrigger(seconds=self._window_s),
-                          id="envcheck:window", replace_existing=True)
+        for r in self._store.latest_results():
+            self._last[(r.env_id, r.kind)] = r.status
+            self._last_at[(r.env_id, r.kind)] = _epoch(r.started_at)
+        with self._lock:
+            self._window = Window()
+        with self._jobs_lock:
+            now = time.time()
+            for env in self._catalogue.environments:
+                for kind in applicable_kinds(env):
+                    self._schedule(env, kind, now)
+            self._aps.add_job(self.close_window, IntervalTrigger(seconds=self._window_s),
+                              id=WINDOW_JOB, executor="window", replace_existing=True)
+            # before the first window closes, on the same thread, without delaying the start
+            self._aps.add_job(self._catch_up, id=CATCH_UP_JOB, executor="window")
         for i in range(self._concurrency):
             worker = threading.Thread(target=self._work, name=f"envcheck-worker-{i}",
                                       daemon=True)
             worker.start()
             self._workers.append(worker)
         self._aps.start()
-        log.info("scheduler started", extra={"jobs": len(self._aps.get_jobs()),
-                                             "concurrency": self._concurrency})
+        log.info("scheduler started", extra={"jobs": len(self.jobs()),
+                                             "environments": len(self._envs),
+                                             "concurrency": self._concurrency,
+                                             "per_image": self._per_image})
 
     def stop(self, grace_s: float = 60.0) -> None:
         """Stop scheduling, drop queued work, let in-flight probes finish (and remove their
         containers) within ``grace_s``, then assess what they produced."""
-        self._stopping.set()
-        if self._aps.running:
-            self._aps.shutdown(wait=False)
-        dropped = 0
-        while True:
-            try:
-                self._queue.get_nowait()
-                dropped += 1
-            except queue.Empty:
-                break
         deadline = time.monotonic() + grace_s
+        with self._lock:
+            self._stopping.set()
+            dropped = self._drop_queued()
+            self._work_ready.notify_all()
+        if self._aps.running:
+            self._aps.shutdown(wait=True)  # waits for a window being closed right now
         for worker in self._workers:
             worker.join(timeout=max(deadline - time.monotonic(), 0.1))
+        still = [w.name for w in self._workers if w.is_alive()]
+        if still:
+            # They record into a new run, left running: the next start marks it interrupted,
+            # assesses its results and reaps their containers.
+            log.warning("probes still running after the grace period",
+                        extra={"workers": still, "grace_s": grace_s})
         self.close_window(reopen=False)
-        log.info("scheduler stopped", extra={"dropped": dropped,
-                                             "still_running": self.stats.running})
+        log.info("scheduler stopped", extra={"dropped": dropped, "still_running": len(still)})
 
     def reload(self, catalogue: Catalogue) -> None:
-        """Swap the catalogue (SIGHUP): jobs are replaced; in-flight work finishes."""
-        self._catalogue = catalogue
-        if self._build_services is not None:
-            self._services = self._build_services(catalogue, self._store)
-        self._store.sync_suites(catalogue.suites)
-        self._store.sync_environments(catalogue.environments)
-        for job in self._aps.get_jobs():
-            if job.id != "envcheck:window":
-                job.remove()
-        self._schedule_all()
-        log.info("catalogue reloaded", extra={"environments": len(catalogue.environments)})
+        """Swap the catalogue (SIGHUP): jobs of removed environments go, new ones are added,
+        changed schedules are replaced, the rest keep their timing; in-flight work finishes,
+        queued work of a removed environment is dropped."""
+        with self._jobs_lock:
+            self._catalogue = catalogue
+            if self._build_services is not None:
+                self._services = self._build_services(catalogue, self._store)
+            self._store.sync_suites(catalogue.suites)
+            self._store.sync_environments(catalogue.environments)
+            with self._lock:
+                self._envs = {env.id: env for env in catalogue.environments}
+            if self._stopping.is_set():
+                return
+            wanted: dict[str, tuple[Environment, ProbeKind]] = {
+                f"{env.id}:{kind}": (env, kind)
+                for env in catalogue.environments for kind in applicable_kinds(env)}
+            removed = added = 0
+            keep: set[str] = set()
+            for job in self.jobs():
+                target = wanted.get(job.id)
+                if target is not None and self._same_trigger(job, *target):
+                    keep.add(job.id)
+                else:
+                    job.remove()
+                    removed += 1
+            now = time.time()
+            for job_id, (env, kind) in wanted.items():
+                if job_id not in keep:
+                    added += self._schedule(env, kind, now)
+        log.info("jobs reloaded", extra={"environments": len(catalogue.environments),
+                                              "jobs_added": added, "jobs_removed": removed})
+
+    def _catch_up(self) -> None:
+        """Assess the results a killed daemon (or an interrupted ``envcheck check``) left
+        unassessed; then the states, priorities and probing rates follow."""
+        started = time.monotonic()
+        ids = _unassessed_env_ids(self._store)
+        envs = [self._envs[e] for e in sorted(ids) if e in self._envs]
+        transitions = evaluate(self._store, envs) if envs else []
+        if not self._stopping.is_set():
+            self._reschedule(self._refresh_states())
+        log.info("unassessed results assessed", extra={
+            "environments": len(envs), "transitions": len(transitions),
+            "seconds": round(time.monotonic() - started, 3)})
 
     # --- scheduling ---------------------------------------------------------------------
 
-    def _refresh_states(self) -> None:
+    def _refresh_states(self) -> set[str]:
+        """Re-read states; the environments whose quarantine changed."""
+        generation = self._store.generation()
         rows = self._store.env_states()
-        self._quarantined = {r.env_id for r in rows if r.quarantined}
-        self._suspect = {r.env_id for r in rows if r.state in ("degraded", "flaky", "broken")}
+        quarantined = {r.env_id for r in rows if r.quarantined}
+        suspect = {r.env_id for r in rows if r.state in ("degraded", "flaky", "broken")}
+        with self._lock:
+            changed = quarantined ^ self._quarantined
+            self._quarantined, self._suspect = quarantined, suspect
+            self._generation = generation
+        return changed
 
-    def _schedule_all(self) -> None:
-        now = datetime.now(UTC)
-        latest = {(r.env_id, r.kind): r.started_at for r in self._store.latest_results()}
-        for env in self._catalogue.environments:
-            for kind in applicable_kinds(env):
-                self._schedule(env, kind, latest.get((env.id, kind)), now)
+    def _interval(self, env: Environment, kind: ProbeKind) -> float | None:
+        return interval_of(env, kind, env.id in self._quarantined)
 
-    def _schedule(self, env: Environment, kind: ProbeKind, last: datetime | None,
-                  now: datetime) -> None:
-        interval = interval_of(env, kind, env.id in self._quarantined)
+    def _same_trigger(self, job: Any, env: Environment, kind: ProbeKind) -> bool:
+        trigger = job.trigger
+        return bool(trigger.interval_length == self._interval(env, kind)
+                    and (trigger.jitter or 0.0) == env.schedules.jitter_s)
+
+    def _schedule(self, env: Environment, kind: ProbeKind, now: float) -> int:
+        """(Re)create the job of (env, kind), due one interval after its last result."""
+        interval = self._interval(env, kind)
+        job_id = f"{env.id}:{kind}"
         if interval is None:
-            return
-        if last is None or last + timedelta(seconds=interval) <= now:
-            # due now; spread a restart's backlog over a few seconds instead of one burst
-            first = now + timedelta(seconds=random.uniform(0, min(interval, 5.0)))
+            if self._aps.get_job(job_id) is not None:
+                self._aps.remove_job(job_id)
+            return 0
+        jitter = env.schedules.jitter_s
+        last = self._last_at.get((env.id, kind))
+        if last is None or last + interval <= now:
+            first = now + random.uniform(0, min(interval, RESTART_SPREAD_S))
         else:
-            first = last + timedelta(seconds=interval)
-        self._aps.add_job(self._due, IntervalTrigger(seconds=interval,
-                                                     jitter=env.schedules.jitter_s or None),
-                          args=(env.id, kind), id=f"{env.id}:{kind}", replace_existing=True,
-                          next_run_time=first)
+            # the same jitter as every later run, so a fleet seeded at once does not fire at once
+            first = last + interval + random.uniform(0, jitter)
+        self._aps.add_job(self._due, IntervalTrigger(seconds=interval, jitter=jitter or None),
+                          args=(env.id, kind), id=job_id, replace_existing=True,
+                          next_run_time=datetime.fromtimestamp(first, UTC))
+        return 1
 
-    def _priority(self, env_id: str, kind: ProbeKind) -> int:
+    def _priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
         if env_id in self._quarantined:
             return QUARANTINED
-        if (env_id, kind) not in self._last:
+        last = self._last_at.get((env_id, kind))
+        interval = self._interval(self._envs[env_id], kind)
+        if last is None or (interval is not None and now - last > STALE_INTERVALS * interval):
             return STALE
         return SUSPECT if env_id in self._suspect else NORMAL
 
-    def _due(self, env_id: str, kind: ProbeKind) -> None:
+    def _due(self, env_id: str, kind: ProbeKind, due: float | None = None) -> bool:
+        now = time.time()
         with self._lock:
-            if (env_id, kind) in self._busy or self._stopping.is_set():
-                return
-            self._busy.add((env_id, kind))
-        self._queue.put(Work(self._priority(env_id, kind), time.monotonic(), env_id, kind))
-        self.stats.queued = self._queue.qsize()
+            key = (env_id, kind)
+            if self._stopping.is_set() or key in self._busy or env_id not in self._envs:
+                return False
+            self._busy.add(key)
+            work = Work(self._priority(env_id, kind, now), now if due is None else due,
+                        next(self._seq), env_id, kind)
+            heapq.heappush(self._pending, work)
+            self.stats.queued += 1
+            self._work_ready.notify()
+        return True
 
-    def enqueue_now(self, env_id: str, kind: ProbeKind) -> None:
-        """Check soon, out of schedule (tests, the API)."""
-        self._due(env_id, kind)
+    def enqueue_now(self, env_id: str, kind: ProbeKind) -> bool:
+        """Check soon, out of schedule (tests, the API). False if it is already queued or
+        running, or the environment is unknown."""
+        return self._due(env_id, kind)
 
     # --- work ---------------------------------------------------------------------------
 
-    def _work(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                work = self._queue.get(timeout=0.5)
-            except queue.Empty:
+    def _take(self) -> tuple[Work, Environment] | None:
+        """The best queued work whose image has a free slot (call holding the lock)."""
+        while self._pending:
+            work = heapq.heappop(self._pending)
+            env = self._envs.get(work.env_id)
+            if env is None:  # removed by a reload while queued
+                self._busy.discard((work.env_id, work.kind))
+                self.stats.queued -= 1
                 continue
-            if self._stopping.is_set():
-                break
+            if self._image_running[env.image] >= self._per_image:
+                heapq.heappush(self._blocked.setdefault(env.image, []), work)
+                continue
+            self.stats.queued -= 1
+            return work, env
+        return None
+
+    def _drop_queued(self) -> int:
+        dropped = [*self._pending, *itertools.chain.from_iterable(self._blocked.values())]
+        self._pending.clear()
+        self._blocked.clear()
+        for work in dropped:
+            self._busy.discard((work.env_id, work.kind))
+        self.stats.queued = 0
+        return len(dropped)
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                picked = None
+                while picked is None:
+                    if self._stopping.is_set():
+                        return
+                    picked = self._take()
+                    if picked is None:
+                        self._work_ready.wait()
+                work, env = picked
+                self._image_running[env.image] += 1
+                self.stats.running += 1
             try:
-                self._run(work)
+                self._run(work, env)
             except Exception:  # a worker must survive anything one probe does
                 log.exception("probe work failed", extra={"env": work.env_id,
                                                           "kind": str(work.kind)})
             finally:
                 with self._lock:
+                    self.stats.running -= 1
+                    self.stats.completed += 1
+                    self._image_running[env.image] -= 1
+                    if not self._image_running[env.image]:
+                        del self._image_running[env.image]
                     self._busy.discard((work.env_id, work.kind))
-                self.stats.queued = self._queue.qsize()
+                    blocked = self._blocked.get(env.image)
+                    if blocked:  # a slot of this image is free: its best waiting work is next
+                        heapq.heappush(self._pending, heapq.heappop(blocked))
+                        if not blocked:
+                            del self._blocked[env.image]
+                    self._work_ready.notify()
 
-    def _run(self, work: Work) -> None:
-        try:
-            env = self._catalogue.environment(work.env_id)
-        except KeyError:
-            return  # removed by a reload while queued
-        lag = time.monotonic() - work.due
+    def _run(self, work: Work, env: Environment) -> None:
+        lag = max(time.time() - work.due, 0.0)
         self.stats.last_lag_s = lag
         self.stats.max_lag_s = max(self.stats.max_lag_s, lag)
         self.stats.lags.append(lag)
-        slot = self._image_slots[env.image]
-        with slot:
-            self.stats.running += 1
-            try:
-                check_environment(env, [work.kind], self._runtime, self._current_run(),
-                                  self._record, self._services)
-            finally:
-                self.stats.running -= 1
-        self.stats.completed += 1
-
-    def _current_run(self) -> str:
         with self._lock:
-            assert self._window is not None
-            return self._window.run_id
+            window = self._current_window()
+        check_environment(env, [work.kind], self._runtime, self._run_of(window), self._record,
+                          self._services)
+
+    def _current_window(self) -> Window:
+        """The open window (call holding the lock); after the final close, a new one: work
+        that outlived the grace period still records, into a run the next start tidies."""
+        if self._window is None:
+            self._window = Window()
+        return self._window
+
+    def _run_of(self, window: Window) -> str:
+        with window.run_lock:
+            if window.run_id is None:
+                window.run_id = self._store.start_run("daemon", list(self._catalogue.files))
+            return window.run_id
 
     def _record(self, result: ProbeResult) -> None:
+        key = (result.env_id, result.kind)
         with self._lock:
-            window = self._window
-            assert window is not None
-            key = (result.env_id, result.kind)
-            if key in self._last and key not in window.before:
-                window.before[key] = self._last[key]
-            self._last[key] = result.status
-            window.results.append(result)
-            window.env_ids.add(result.env_id)
-            run_id = window.run_id
-        self._store.record(run_id, result)
+            window = self._current_window()
+            window.writers += 1
+        try:
+            run_id = self._run_of(window)
+            result_id = self._store.record(run_id, result)
+            with self._lock:
+                if key in self._last and key not in window.before:
+                    window.before[key] = self._last[key]
+                self._last[key] = result.status
+                self._last_at[key] = _epoch(result.started_at)
+                window.results.append(result)
+                window.env_ids.add(result.env_id)
+        finally:
+            with self._lock:
+                window.writers -= 1
+                self._records_done.notify_all()
         log.info("probe result", extra={"env": result.env_id, "kind": str(result.kind),
                                         "status": str(result.status),
                                         "reason": str(result.reason),
-                                        "duration_s": round(result.duration_s, 3)})
+                                        "duration_s": round(result.duration_s, 3),
+                                        "run": run_id, "result_id": result_id})
 
     # --- windows ------------------------------------------------------------------------
 
-    def _open_window(self) -> None:
-        run_id = self._store.start_run("daemon", list(self._catalogue.files))
-        with self._lock:
-            self._window = Window(run_id)
-
     def close_window(self, reopen: bool = True) -> CycleOutcome | None:
-        """Close the current window as a check run, judge and assess it."""
-        with self._lock:
-            window = self._window
-            self._window = None
-        if reopen and not self._stopping.is_set():
-            self._open_window()
-        if window is None:
-            return None
-        self._store.finish_run(window.run_id)
-        envs = [e for e in self._catalogue.environments if e.id in window.env_ids]
+        """Close the current window as a check run, judge and assess it. A window without
+        results stays open (and leaves no run); None then."""
+        with self._close_lock:
+            with self._lock:
+                window = self._window
+                empty = window is None or (not window.results and not window.writers)
+                if reopen and empty:
+                    window = None
+                else:
+                    self._window = Window() if reopen else None
+                    while window is not None and window.writers:
+                        self._records_done.wait()
+            if window is None or window.run_id is None:
+                if reopen and not self._stopping.is_set() \
+                        and self._store.generation() != self._generation:
+                    self._reschedule(self._refresh_states())  # e.g. a manual quarantine
+                return None
+            return self._assess(window)
+
+    def _assess(self, window: Window) -> CycleOutcome:
+        assert window.run_id is not None
+        envs = [self._envs[e] for e in sorted(window.env_ids) if e in self._envs]
         outcome = assess_cycle(self._store, window.run_id, envs, window.results, window.before)
+        # Finished only once assessed: killed in between, the run is found interrupted and
+        # its results are assessed at the next start.
+        self._store.finish_run(window.run_id)
         if outcome.incident is not None:
             log.warning("infrastructure incident", extra={"run": window.run_id,
                                                           "detail": outcome.incident[3]})
-        changed = {t.env_id for t in outcome.transitions if t.quarantined != t.was_quarantined}
-        self._refresh_states()
-        for env in self._catalogue.environments:
-            if env.id in changed and not self._stopping.is_set():
-                for kind in applicable_kinds(env):  # quarantine changes the probing rate
-                    self._schedule(env, kind, datetime.now(UTC), datetime.now(UTC))
         for t in outcome.transitions:
             log.info("transition", extra={"env": t.env_id, "old": t.old_state,
                                           "new": t.new_state, "quarantined": t.quarantined,
                                           "reason": t.reason})
+        changed = self._refresh_states()
+        if not self._stopping.is_set():
+            self._reschedule(changed)
         if self._on_cycle is not None:
             self._on_cycle(outcome)
         return outcome
 
+    def _reschedule(self, env_ids: set[str]) -> None:
+        """Quarantine changes the probing rate: a new job from the last result on."""
+        if not env_ids:
+            return
+        now = time.time()
+        with self._jobs_lock:
+            for env_id in sorted(env_ids):
+                env = self._envs.get(env_id)
+                if env is None:
+                    continue
+                for kind in applicable_kinds(env):
+                    self._schedule(env, kind, now)
+        log.info("probing rate changed", extra={"environments": sorted(env_ids)})
+
     def jobs(self) -> list[Any]:
-        return list(self._aps.get_jobs())
+        """The (environment, kind) jobs."""
+        return [job for job in self._aps.get_jobs() if job.id not in (WINDOW_JOB, CATCH_UP_JOB)]

@@ -16,6 +16,8 @@ log() { printf 'test: %s\n' "$*"; }
 warn() { printf 'test: WARNING: %s\n' "$*" >&2; }
 is_root() { [[ $(id -u) -eq 0 ]]; }
 
+# promtool, Prometheus and Alertmanager for tests/test_alerts.py (installed only when missing)
+export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
 "$ROOT/scripts/setup.sh"
 
 # --- PostgreSQL on 127.0.0.1:5432 (trust auth, database "test") -------------------------------

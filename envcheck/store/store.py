@@ -28,9 +28,11 @@ from envcheck.catalogue import Environment
 from envcheck.errors import StoreError
 from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.store.database import create_store_engine, default_database_url, migrate, redact
+from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState
+from envcheck.store.views import ViewRecords
 
 __all__ = ["Store", "open_store"]
 
@@ -80,7 +82,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store(FeedRecords, ShapeRecords):
+class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:

@@ -20,11 +20,13 @@ __all__ = [
     "EnvStateRow",
     "EnvironmentRow",
     "IncidentRow",
+    "NotificationRow",
     "ProbeResultRow",
     "RunState",
     "SuiteRow",
     "TransitionRow",
     "UTCDateTime",
+    "WebhookRow",
 ]
 
 
@@ -204,3 +206,42 @@ class DataSourceShapeRow(SQLModel, table=True):
     seen: int = 0  # samples with this shape
     accepted_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     accepted_by: str | None = None
+
+
+class WebhookRow(SQLModel, table=True):
+    """A webhook the notifier delivers to, and how far it got. Never its URL: tokens travel in
+    webhook URLs, so a webhook is known by a stable hash and the name it was given."""
+
+    __tablename__ = "webhook"
+
+    id: str = Field(primary_key=True)
+    name: str
+    format: str  # alertmanager | slack
+    # Transitions / incidents up to these ids are handled (delivered, failed, or nothing to
+    # send); a new webhook starts at the generation it was first seen, so it gets no backlog.
+    transition_cursor: int = 0
+    incident_cursor: int = 0
+    first_seen: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    last_seen: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+
+
+class NotificationRow(SQLModel, table=True):
+    """One notification to one webhook and what its delivery attempts gave. Unique per
+    (webhook, subject, subject id): the same transition is never sent twice to a webhook."""
+
+    __tablename__ = "notification"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "subject", "subject_id", name="uq_notification"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    webhook_id: str = Field(foreign_key="webhook.id")
+    subject: str  # transition | incident | incident_resolved
+    subject_id: int  # the transition's or the incident's id
+    status: str = "pending"  # pending | delivered | failed
+    attempts: int = 0
+    http_status: int | None = None
+    last_error: str | None = None  # redacted: never the URL or its token
+    created_at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    delivered_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

@@ -1,0 +1,49 @@
+"""envcheck's dashboard: fleet health, one environment, the quarantine list, data sources.
+
+    envcheck dashboard [--port 8501] [--database URL] [--api-url URL]
+
+or ``streamlit run dashboards/app.py`` with ``ENVCHECK_DATABASE_URL`` (default: the local SQLite
+store) and, to quarantine and release from the Quarantine page, ``ENVCHECK_API_URL`` plus
+``ENVCHECK_API_TOKEN`` / ``ENVCHECK_API_TOKEN_FILE`` (or a token typed in the session).
+Reads go through :mod:`envcheck.dashboard_data` (cached, paginated); there is no SQL here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+HERE = Path(__file__).resolve().parent
+# `streamlit run` puts this folder on sys.path, AppTest does not: the pages import
+# envcheck_ui from here either way.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import envcheck_ui as ui  # noqa: E402
+
+from envcheck import dashboard_data as data  # noqa: E402
+from envcheck.store.database import redact  # noqa: E402
+
+st.set_page_config(page_title="envcheck", page_icon=None,
+                   layout="wide")
+
+pages = [
+    st.Page(HERE / "views" / "fleet.py", title="Fleet", icon="📊",
+            url_path="fleet", default=True),
+    st.Page(HERE / "views" / "environment.py", title="Environment",
+            icon="📦", url_path=ui.ENV_PAGE),
+    st.Page(HERE / "views" / "quarantine.py", title="Quarantine", icon="🚫",
+            url_path="quarantine"),
+    st.Page(HERE / "views" / "data_sources.py", title="Data sources", icon="🔌",
+            url_path="data-sources"),
+]
+page = st.navigation(pages)
+
+with st.sidebar:
+    st.caption(f"Store: `{redact(data.database_url())}`")
+    if st.button("Refresh", icon=":material/refresh:", help="read the store again"):
+        st.cache_data.clear()
+
+page.run()

@@ -1,0 +1,179 @@
+"""What the dashboard's pages share: the store context, colours, links, tables, paging.
+
+No data access of its own: numbers come from :mod:`envcheck.dashboard_data`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from envcheck import dashboard_data as data
+from envcheck.errors import StoreError
+from envcheck.store.database import redact
+from envcheck.store.views import DataVersion
+
+STATUS_COLOURS = {"fail": "#c62828", "flaky": "#ef8f00", "error": "#7b52ab", "pass": "#2e7d32",
+                  "skip": "#b0b0b0"}
+STATE_COLOURS = {"broken": "#c62828", "flaky": "#ef8f00", "degraded": "#e6c000",
+                 "unknown": "#9e9e9e", "healthy": "#2e7d32"}
+STATE_BADGE = {"broken": "red", "flaky": "orange", "degraded": "yellow", "unknown": "gray",
+               "healthy": "green"}
+STATUS_BADGE = {"fail": "red", "flaky": "orange", "error": "violet", "pass": "green",
+                "skip": "gray"}
+STATES = tuple(STATE_COLOURS)
+KINDS = ("terminal", "dependencies", "tests", "datasource")
+PAGE_SIZES = (25, 50, 100, 200)
+ENV_PAGE = "environment"  # url paths of the pages (app.py registers them)
+TIME = "%Y-%m-%d %H:%M UTC"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    url: str
+    version: DataVersion
+
+
+def context() -> Context:
+    """The store URL and the data version this run reads; stops the page with a message if
+    the store cannot be opened."""
+    url = data.database_url()
+    try:
+        return Context(url, data.data_version(url))
+    except StoreError as exc:
+        st.error(f"The result store at `{redact(url)}` cannot be read: {exc}")
+        st.caption("Set ENVCHECK_DATABASE_URL (or `envcheck dashboard --database URL`) to the "
+                   "store the daemon writes.")
+        st.stop()
+        raise  # unreachable: st.stop() raises
+
+
+def when(at: datetime | None) -> str:
+    return at.strftime(TIME) if at is not None else "—"
+
+
+def short(digest: str | None, n: int = 19) -> str:
+    if not digest:
+        return "—"
+    return digest if len(digest) <= n else digest[:n] + "…"
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def env_url(env_id: str, results: Iterable[int] = ()) -> str:
+    """A link to the Environment page (relative: it works under any base URL path)."""
+    url = f"{ENV_PAGE}?env={quote(env_id, safe='')}"
+    ids = ",".join(str(i) for i in results)
+    return url + (f"&results={ids}" if ids else "")
+
+
+ENV_LINK = st.column_config.LinkColumn("environment", display_text=r"environment\?env=([^&]+)",
+                                       help="open the Environment page")
+
+
+def state_badge(state: str) -> str:
+    """Markdown for a state, coloured."""
+    return f":{STATE_BADGE.get(state, 'gray')}-badge[{state}]"
+
+
+def status_badge(status: str) -> str:
+    return f":{STATUS_BADGE.get(status, 'gray')}-badge[{status}]"
+
+
+def pager(total: int, key: str, default_size: int = 25, label: str = "environments"
+          ) -> tuple[int, int]:
+    """A page-size choice and a pager for ``total`` rows; returns (page, size). The pager's
+    key changes with ``key`` so a new filter starts again at page 1."""
+    left, right = st.columns([3, 1], vertical_alignment="center")
+    size = right.selectbox("Rows per page", PAGE_SIZES, index=PAGE_SIZES.index(default_size),
+                           key=f"{key}-size")
+    pages = max(1, math.ceil(total / size))
+    digest = hashlib.blake2b(f"{key}|{size}".encode(), digest_size=6).hexdigest()
+    with left:
+        page = st.pagination(pages, key=f"{key}-page-{digest}") if pages > 1 else 1
+    first = (page - 1) * size + 1 if total else 0
+    st.caption(f"{label.capitalize()} {first:,}–{min(page * size, total):,} of {total:,}")
+    return page, size
+
+
+def table(rows: Sequence[Mapping[str, Any]], *, key: str | None = None,
+          column_config: Mapping[str, Any] | None = None, height: int | None = None,
+          empty: str = "Nothing to show.") -> None:
+    if not rows:
+        st.caption(empty)
+        return
+    st.dataframe(pd.DataFrame(list(rows)), hide_index=True, key=key,
+                 column_config=dict(column_config or {}),
+                 height=height if height is not None else "auto")
+
+
+def status_scale(domain: Sequence[str] = tuple(STATUS_COLOURS)) -> alt.Scale:
+    return alt.Scale(domain=list(domain), range=[STATUS_COLOURS[s] for s in domain])
+
+
+def heatmap_chart(cells: Sequence[data.HeatCell], order: Sequence[str]) -> alt.Chart:
+    """Environments (rows, in ``order``) by bucket (columns), coloured by worst status."""
+    frame = pd.DataFrame([{
+        "environment": c.env_id, "bucket": c.label, "start": c.start, "status": c.status,
+        "results": c.results,
+        "counts": ", ".join(f"{s} {n}" for s, n in sorted(c.counts.items()))} for c in cells])
+    columns = list(dict.fromkeys(frame.sort_values("start")["bucket"]))
+    return alt.Chart(frame).mark_rect(stroke="white", strokeWidth=1).encode(
+        x=alt.X("bucket:O", sort=columns, title=None,
+                axis=alt.Axis(labelAngle=-60, labelOverlap="greedy")),
+        y=alt.Y("environment:N", sort=list(order), title=None,
+                axis=alt.Axis(labelLimit=260, labelOverlap=False, labelFontSize=12)),
+        color=alt.Color("status:N", scale=status_scale(), title="worst result",
+                        legend=alt.Legend(orient="top")),
+        tooltip=["environment", "bucket", "status", "results", "counts"],
+    ).properties(height=alt.Step(22))
+
+
+def timeline_chart(lines: Sequence[Any]) -> alt.Chart:
+    frame = pd.DataFrame([{
+        "kind": line.kind, "at": line.started_at, "status": line.status, "reason": line.reason,
+        "result": line.id, "summary": line.summary[:160],
+        "digest": short(line.image_digest)} for line in lines])
+    return alt.Chart(frame).mark_tick(thickness=3, size=26).encode(
+        x=alt.X("at:T", title=None, axis=alt.Axis(format="%m-%d %H:%M")),
+        y=alt.Y("kind:N", title=None, sort=list(KINDS)),
+        color=alt.Color("status:N", scale=status_scale(), legend=alt.Legend(orient="top")),
+        tooltip=["result", alt.Tooltip("at:T", format="%Y-%m-%d %H:%M:%S"), "kind", "status",
+                 "reason", "digest", "summary"],
+    ).properties(height=60 + 40 * frame["kind"].nunique())
+
+
+def rate_chart(rows: Sequence[Mapping[str, Any]]) -> alt.LayerChart:
+    """Failure rate per kind, a point with its Wilson 95% interval as a bar."""
+    frame = pd.DataFrame(list(rows))
+    base = alt.Chart(frame).encode(y=alt.Y("kind:N", title=None))
+    bars = base.mark_rule(strokeWidth=3, color="#555").encode(
+        x=alt.X("low:Q", title="failure rate (95% Wilson interval)",
+                scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+        x2="high:Q")
+    points = base.mark_point(filled=True, size=90).encode(
+        x="rate:Q", color=alt.Color("state:N", scale=alt.Scale(
+            domain=list(STATE_COLOURS), range=list(STATE_COLOURS.values())), legend=None),
+        tooltip=["kind", "state", "failures", "runs",
+                 alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"),
+                 alt.Tooltip("high:Q", format=".1%")])
+    return (bars + points).properties(height=40 + 36 * len(frame))
+
+
+def flash(key: str) -> None:
+    """Show (once) a message a previous run left under ``key``."""
+    message = st.session_state.pop(key, None)
+    if message is not None:
+        ok, text = message
+        (st.success if ok else st.error)(text)

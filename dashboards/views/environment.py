@@ -1,0 +1,217 @@
+"""Environment: its state and why, per-kind evidence with Wilson intervals, the timeline, flaky
+tests, evidence of results, image digests and transitions."""
+
+from __future__ import annotations
+
+import altair as alt
+import envcheck_ui as ui
+import pandas as pd
+import streamlit as st
+
+from envcheck import dashboard_data as data
+from envcheck.results import REASON_DOCS, Reason
+from envcheck.store.views import EnvFilter, StoredResult
+
+ctx = ui.context()
+st.title("Environment")
+
+env_id = st.text_input("Environment id", key="env", bind="query-params",
+                       placeholder="e.g. swe-django-1234").strip()
+if not env_id:
+    st.info("Type an environment id, or open one from the Fleet or Quarantine page. The worst "
+            "environments now:")
+    worst = data.environments(ctx.url, ctx.version, EnvFilter(), 1, 10).items
+    ui.table([{"environment": ui.env_url(e.env_id), "state": e.state, "reason": e.reason}
+              for e in worst], key="worst", column_config={"environment": ui.ENV_LINK})
+    st.stop()
+
+view = data.environment(ctx.url, ctx.version, env_id)
+if view is None:
+    st.warning(f"Unknown environment `{env_id}`: never synced from a catalogue.")
+    close = data.environments(ctx.url, ctx.version, EnvFilter(search=env_id), 1, 10)
+    if close.items:
+        st.write("Environments whose id contains it:")
+        ui.table([{"environment": ui.env_url(e.env_id), "state": e.state}
+                  for e in close.items], key="close", column_config={"environment": ui.ENV_LINK})
+    st.stop()
+
+
+def explain(reason: str) -> str:
+    """``terminal: tool_missing`` with what the code means."""
+    code = reason.rpartition(": ")[2]
+    try:
+        return f"{reason} — {REASON_DOCS[Reason(code)]}"
+    except ValueError:
+        return reason
+
+
+# --- state and why ------------------------------------------------------------------------------
+
+st.header(view.env_id, divider="gray")
+st.markdown(f"{ui.state_badge(view.state)} &nbsp; suite **{view.suite}** · image "
+            f"`{view.image}` · digest `{ui.short(view.image_digest, 30)}`")
+columns = st.columns(4)
+columns[0].metric("State", view.state)
+columns[1].metric("Allowed now", "yes" if view.allowed else "no",
+                  help="may a scheduler use it (the suite's allowlist)")
+columns[2].metric("Quarantined", view.q_source or "yes" if view.quarantined else "no")
+columns[3].metric("Assessed", ui.when(view.updated_at))
+st.markdown(f"**Why:** {explain(view.reason)}")
+if view.quarantined:
+    links = ", ".join(f"[#{i}]({ui.env_url(view.env_id, [i])})" for i in view.q_evidence)
+    st.error(f"**Quarantined** ({view.q_source}) by {view.q_actor} since "
+             f"{ui.when(view.q_since)}: {view.q_reason}"
+             + (f"  \nEvidence: {links}" if links else ""), icon=":material/block:")
+
+# --- per probe kind: the health model's evidence ------------------------------------------------
+
+st.subheader("Failure rate per probe kind")
+lines = data.timeline(ctx.url, ctx.version, env_id, 500)
+window = data.window_rates(lines)
+rows = []
+for k in view.kinds:
+    failures, runs, low, high = window.get(k.kind, (0, 0, 0.0, 1.0))
+    rows.append({
+        "kind": k.kind, "state": k.state, "reason": k.reason, "failures": k.failures,
+        "runs": k.runs, "rate": k.failure_rate if k.failure_rate is not None else 0.0,
+        "low": k.wilson[0], "high": k.wilson[1], "window": f"{failures}/{runs}",
+        "window interval": f"{ui.pct(low)} – {ui.pct(high)}", "llr": round(k.llr, 3),
+        "digest": ui.short(k.image_digest)})
+if rows:
+    ui.table([{**r, "rate": ui.pct(r["rate"] if r["runs"] else None),
+               "95% Wilson": f"{ui.pct(r['low'])} – {ui.pct(r['high'])}"}
+              for r in rows], key="kinds",
+             column_config={"low": None, "high": None})
+    st.caption("Counts are the current image digest and spec only (what the health model "
+               "decides on); `window` counts the last 500 results of any identity. The interval "
+               "is honest with few runs: 5 clean passes only prove a failure rate under ~45%.")
+    st.altair_chart(ui.rate_chart([r for r in rows if r["runs"]]), width="stretch")
+else:
+    st.caption("Not assessed yet.")
+
+# --- timeline -----------------------------------------------------------------------------------
+
+st.subheader("Timeline")
+limit = st.select_slider("Results", [50, 100, 200, 500], value=200, key="timeline-limit")
+shown = lines[:limit]
+if shown:
+    st.altair_chart(ui.timeline_chart(shown), width="stretch")
+else:
+    st.caption("No result stored yet.")
+
+# --- evidence -----------------------------------------------------------------------------------
+
+
+def show_result(stored: StoredResult) -> None:
+    r = stored.result
+    st.markdown(f"**#{stored.id}** · {r.kind} · {ui.status_badge(str(r.status))} "
+                f"`{r.reason}` · {ui.when(r.started_at)} · {r.duration_s:.2f} s"
+                f" · digest `{ui.short(r.image_digest, 30)}`")
+    st.write(r.summary)
+    for n, e in enumerate(r.evidence, 1):
+        flags = ", ".join(f for f, on in (("timed out", e.timed_out),
+                                           ("truncated", e.truncated)) if on)
+        title = (f"{n}. `{e.command[:90]}` → exit {e.exit_code if e.exit_code is not None else '—'}"
+                 f" · {e.duration_s:.2f} s" + (f" · {flags}" if flags else ""))
+        with st.expander(title, expanded=n == 1 and r.status != "pass"):
+            st.code(e.command, language="bash")
+            st.caption(f"exit code {e.exit_code} · {e.output_bytes:,} bytes of output"
+                       + (" (head and tail kept)" if e.truncated else ""))
+            if e.output_head:
+                st.text("output (head)")
+                st.code(e.output_head, language=None)
+            if e.output_tail:
+                st.text("output (tail)")
+                st.code(e.output_tail, language=None)
+    if r.details:
+        with st.expander("details"):
+            st.json(r.details, expanded=1)
+
+
+st.subheader("Evidence")
+raw_ids = st.query_params.get("results", "")
+wanted = tuple(int(x) for x in raw_ids.split(",") if x.strip().isdigit())
+if wanted:
+    chosen = data.results(ctx.url, ctx.version, env_id, wanted)
+    st.caption(f"Results {', '.join(f'#{i}' for i in wanted)} (from the link you followed)")
+    for stored in chosen:
+        with st.container(border=True):
+            show_result(stored)
+    missing = set(wanted) - {s.id for s in chosen}
+    if missing:
+        st.warning(f"No result {', '.join(f'#{i}' for i in sorted(missing))} of {env_id}.")
+else:
+    latest = data.latest_results(ctx.url, ctx.version, env_id)
+    if latest:
+        tabs = st.tabs([f"{s.result.kind} · {s.result.status}" for s in latest])
+        for tab, stored in zip(tabs, latest, strict=True):
+            with tab:
+                show_result(stored)
+    else:
+        st.caption("No result stored yet.")
+if lines:
+    options = {f"#{x.id} · {ui.when(x.started_at)} · {x.kind} · {x.status} ({x.reason})": x.id
+               for x in shown}
+    pick = st.selectbox("Inspect another result", list(options), index=None,
+                        placeholder="choose a result of the timeline")
+    if pick is not None:
+        for stored in data.results(ctx.url, ctx.version, env_id, (options[pick],)):
+            with st.container(border=True):
+                show_result(stored)
+
+# --- flaky tests --------------------------------------------------------------------------------
+
+if view.fail_to_pass or view.pass_to_pass or any(x.kind == "tests" for x in lines):
+    st.subheader("Flaky tests")
+    report = data.flaky_tests(ctx.url, ctx.version, env_id, 50)
+    if not report.tests:
+        st.caption(f"No test named flaky in the last {report.probes} tests probes.")
+    else:
+        ui.table([{"test": t, "named flaky": f"{n} of {report.probes} probes", "kind": kind,
+                   "passed (newest)": passed} for t, (n, kind, passed) in report.tests.items()],
+                 key="flaky")
+        st.caption("kind `random`: reruns in the same order disagree; `order`: the outcome "
+                   "follows the test order. `passed` counts the runs in which the test had "
+                   "to pass.")
+        if report.pattern:
+            frame = pd.DataFrame([{"test": t, "run": label, "phase": phase, "outcome": o}
+                                  for t, label, phase, o in report.pattern])
+            outcomes = ["pass", "fail", "fail (expected)", "invalid run"]
+            chart = alt.Chart(frame).mark_rect(stroke="white").encode(
+                x=alt.X("run:N", sort=list(dict.fromkeys(frame["run"])), title=None,
+                        axis=alt.Axis(labelAngle=-40, labelLimit=220)),
+                y=alt.Y("test:N", title=None, axis=alt.Axis(labelLimit=360)),
+                color=alt.Color("outcome:N", scale=alt.Scale(
+                    domain=outcomes, range=["#2e7d32", "#c62828", "#90a4ae", "#7b52ab"]),
+                    legend=alt.Legend(orient="top")),
+                tooltip=["test", "run", "phase", "outcome"],
+            ).properties(height=60 + 28 * frame["test"].nunique())
+            st.markdown(f"Pass/fail pattern of result [#{report.pattern_result_id}]"
+                        f"({ui.env_url(env_id, [report.pattern_result_id or 0])}) "
+                        f"({ui.when(report.pattern_at)}), run by run:")
+            st.altair_chart(chart, width="stretch")
+
+# --- image digests and transitions ---------------------------------------------------------------
+
+st.subheader("Image digest history")
+ui.table([{"digest": d.image_digest or "—", "first seen": ui.when(d.first_seen),
+           "last seen": ui.when(d.last_seen), "results": d.results, "failures": d.failures,
+           "kinds": ", ".join(d.kinds)} for d in data.digests(ctx.url, ctx.version, env_id)],
+         key="digests", empty="No result stored yet.")
+st.caption("A new digest starts the evidence afresh: the health model counts only results of "
+           "the current digest and spec.")
+
+st.subheader("Transitions")
+history = data.transitions(ctx.url, ctx.version, env_id, page_size=50)
+ui.table([{"at": ui.when(t.at), "state": f"{t.old_state} → {t.new_state}",
+           "quarantine": ("added" if t.quarantined and not t.was_quarantined else
+                          "released" if t.was_quarantined and not t.quarantined else ""),
+           "actor": t.actor, "reason": t.reason,
+           "evidence": ui.env_url(env_id, t.evidence) if t.evidence else None,
+           "digest": ui.short(t.image_digest)} for t in history.items], key="transitions",
+         empty="No transition yet.",
+         column_config={"evidence": st.column_config.LinkColumn(
+             "evidence", display_text=r"results=([0-9,]+)")})
+if history.total > len(history.items):
+    st.caption(f"The newest {len(history.items)} of {history.total} transitions; the "
+               "Quarantine page has the full audit history.")
