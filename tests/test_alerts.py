@@ -393,11 +393,12 @@ def test_quarantine_alert_fires_and_resolves_end_to_end(tmp_path: Path,
         cleanup.callback(lambda: engine.images.remove(flip_image, noprune=True))
         cleanup.callback(procs.close)
 
-        env = dict(os.environ)  # ENVCHECK_CONTAINER_TAG: the session's, from conftest
-        env.pop("ENVCHECK_DATABASE_URL", None)
-        env.pop("ENVCHECK_API_TOKEN", None)
-        env.pop("ENVCHECK_API_TOKEN_FILE", None)
+        # Hermetic: no inherited store, token, webhook or executor settings; the session's
+        # container tag (tests/conftest.py) so the leak checks see the daemon's containers.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ENVCHECK_")}
+        env["ENVCHECK_CONTAINER_TAG"] = SESSION_TAG
         env["ENVCHECK_DATA_DIR"] = str(tmp_path / "data")
+        env["ENVCHECK_EXPORT_DIR"] = str(tmp_path / "exports")
         started = time.monotonic()
         procs.start("daemon", [*envcheck_cmd(), "daemon", str(catalogue), "--port",
                                str(ports["daemon"]), "--window", "2"], env=env, grace_s=90)
