@@ -48,7 +48,7 @@ from envcheck.catalogue import load_catalogue
 from envcheck.kinds import Verdict, load_probe
 from envcheck.results import ProbeKind, Reason, Status
 from envcheck.store import open_store
-from envcheck.store.tables import CheckRun, EnvStateRow, ProbeResultRow
+from envcheck.store.tables import EnvStateRow, ProbeResultRow
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "envcheck-demo/healthy:latest"
@@ -97,7 +97,8 @@ def seed(db_url: str, catalogue_path: Path) -> float:
                 client.close()
         run_id = store.start_run("bench-seed", [str(catalogue_path)])
         store.finish_run(run_id)
-        results, states = [], []
+        results: list[dict[str, Any]] = []
+        states: list[dict[str, Any]] = []
         verdict = Verdict(Status.PASS, Reason.OK, "seeded by bench/daemon.py")
         for env in catalogue.environments:
             r = probe.result(env, verdict, 0.3, digest)
@@ -110,10 +111,11 @@ def seed(db_url: str, catalogue_path: Path) -> float:
             states.append({"env_id": env.id, "suite": env.suite, "state": "healthy",
                            "reason": "ok", "image_digest": digest, "kinds": {},
                            "quarantined": False, "q_evidence": [], "updated_at": now})
+        tables: Any = (ProbeResultRow.__table__, EnvStateRow.__table__)  # type: ignore[attr-defined]
         with store.engine.begin() as conn:
-            for table, rows in ((ProbeResultRow, results), (EnvStateRow, states)):
+            for table, rows in zip(tables, (results, states), strict=True):
                 for i in range(0, len(rows), 2000):
-                    conn.execute(insert(table.__table__), rows[i:i + 2000])  # type: ignore[attr-defined]
+                    conn.execute(insert(table), rows[i:i + 2000])
         assert store.run(run_id) is not None
     return time.monotonic() - started
 
@@ -269,9 +271,9 @@ def measure(name: str, n: int, args: argparse.Namespace, root: Path) -> dict[str
                     and "seconds" in e]
         out["reload_s"] = reloaded[-1]["seconds"] if reloaded else None
         text, _, _ = d.scrape()
-        for q in ("0.5", "0.95", "1"):
+        for q, stat in (("0.5", "p50"), ("0.95", "p95"), ("1", "max")):
             out[f"lag_q{q}_s"] = metric(text, "envcheck_scheduler_lag_seconds",
-                                        f'{{quantile="{q}"}}')
+                                        f'{{stat="{stat}"}}')
         out["rss_after_burst_mb"], out["rss_peak_mb"] = rss_mb(d.proc.pid)
         out["exit"] = d.stop()
         print(f"[{name}] burst of {args.burst} done in {out['burst_done_s']} s, "

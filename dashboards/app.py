@@ -30,13 +30,13 @@ st.set_page_config(page_title="envcheck", page_icon=None,
                    layout="wide")
 
 pages = [
-    st.Page(HERE / "views" / "fleet.py", title="Fleet", icon="📊",
+    st.Page(HERE / "views" / "fleet.py", title="Fleet",
             url_path="fleet", default=True),
     st.Page(HERE / "views" / "environment.py", title="Environment",
-            icon="📦", url_path=ui.ENV_PAGE),
-    st.Page(HERE / "views" / "quarantine.py", title="Quarantine", icon="🚫",
+            url_path=ui.ENV_PAGE),
+    st.Page(HERE / "views" / "quarantine.py", title="Quarantine",
             url_path="quarantine"),
-    st.Page(HERE / "views" / "data_sources.py", title="Data sources", icon="🔌",
+    st.Page(HERE / "views" / "data_sources.py", title="Data sources",
             url_path="data-sources"),
 ]
 page = st.navigation(pages)

@@ -32,7 +32,7 @@ STATUS_BADGE = {"fail": "red", "flaky": "orange", "error": "violet", "pass": "gr
                 "skip": "gray"}
 STATES = tuple(STATE_COLOURS)
 KINDS = ("terminal", "dependencies", "tests", "datasource")
-PAGE_SIZES = (25, 50, 100, 200)
+PAGE_SIZES = (10, 25, 50, 100, 200)
 ENV_PAGE = "environment"  # url paths of the pages (app.py registers them)
 TIME = "%Y-%m-%d %H:%M UTC"
 
@@ -91,19 +91,19 @@ def status_badge(status: str) -> str:
     return f":{STATUS_BADGE.get(status, 'gray')}-badge[{status}]"
 
 
-def pager(total: int, key: str, default_size: int = 25, label: str = "environments"
-          ) -> tuple[int, int]:
-    """A page-size choice and a pager for ``total`` rows; returns (page, size). The pager's
-    key changes with ``key`` so a new filter starts again at page 1."""
-    left, right = st.columns([3, 1], vertical_alignment="center")
+def pager(total: int, key: str, scope: str = "", default_size: int = 25,
+          label: str = "environments") -> tuple[int, int]:
+    """A page-size choice and a pager for ``total`` rows; returns (page, size). The pager
+    starts again at page 1 when ``scope`` (the filters) or the size changes."""
+    left, right = st.columns([3, 1], vertical_alignment="bottom")
     size = right.selectbox("Rows per page", PAGE_SIZES, index=PAGE_SIZES.index(default_size),
                            key=f"{key}-size")
     pages = max(1, math.ceil(total / size))
-    digest = hashlib.blake2b(f"{key}|{size}".encode(), digest_size=6).hexdigest()
+    digest = hashlib.blake2b(f"{scope}|{size}".encode(), digest_size=6).hexdigest()
     with left:
         page = st.pagination(pages, key=f"{key}-page-{digest}") if pages > 1 else 1
     first = (page - 1) * size + 1 if total else 0
-    st.caption(f"{label.capitalize()} {first:,}–{min(page * size, total):,} of {total:,}")
+    st.caption(f"{label.capitalize()} {first:,}-{min(page * size, total):,} of {total:,}")
     return page, size
 
 
@@ -113,9 +113,10 @@ def table(rows: Sequence[Mapping[str, Any]], *, key: str | None = None,
     if not rows:
         st.caption(empty)
         return
+    if height is None:  # every row up to 25, then a scrollbar (35 px a row, and the header)
+        height = 35 * (min(len(rows), 25) + 1) + 3
     st.dataframe(pd.DataFrame(list(rows)), hide_index=True, key=key,
-                 column_config=dict(column_config or {}),
-                 height=height if height is not None else "auto")
+                 column_config=dict(column_config or {}), height=height)
 
 
 def status_scale(domain: Sequence[str] = tuple(STATUS_COLOURS)) -> alt.Scale:
@@ -129,7 +130,7 @@ def heatmap_chart(cells: Sequence[data.HeatCell], order: Sequence[str]) -> alt.C
         "results": c.results,
         "counts": ", ".join(f"{s} {n}" for s, n in sorted(c.counts.items()))} for c in cells])
     columns = list(dict.fromkeys(frame.sort_values("start")["bucket"]))
-    return alt.Chart(frame).mark_rect(stroke="white", strokeWidth=1).encode(
+    chart: alt.Chart = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=1).encode(
         x=alt.X("bucket:O", sort=columns, title=None,
                 axis=alt.Axis(labelAngle=-60, labelOverlap="greedy")),
         y=alt.Y("environment:N", sort=list(order), title=None,
@@ -138,6 +139,7 @@ def heatmap_chart(cells: Sequence[data.HeatCell], order: Sequence[str]) -> alt.C
                         legend=alt.Legend(orient="top")),
         tooltip=["environment", "bucket", "status", "results", "counts"],
     ).properties(height=alt.Step(22))
+    return chart
 
 
 def timeline_chart(lines: Sequence[Any]) -> alt.Chart:
@@ -145,13 +147,14 @@ def timeline_chart(lines: Sequence[Any]) -> alt.Chart:
         "kind": line.kind, "at": line.started_at, "status": line.status, "reason": line.reason,
         "result": line.id, "summary": line.summary[:160],
         "digest": short(line.image_digest)} for line in lines])
-    return alt.Chart(frame).mark_tick(thickness=3, size=26).encode(
+    chart: alt.Chart = alt.Chart(frame).mark_tick(thickness=3, size=26).encode(
         x=alt.X("at:T", title=None, axis=alt.Axis(format="%m-%d %H:%M")),
         y=alt.Y("kind:N", title=None, sort=list(KINDS)),
         color=alt.Color("status:N", scale=status_scale(), legend=alt.Legend(orient="top")),
         tooltip=["result", alt.Tooltip("at:T", format="%Y-%m-%d %H:%M:%S"), "kind", "status",
                  "reason", "digest", "summary"],
-    ).properties(height=60 + 40 * frame["kind"].nunique())
+    ).properties(height=alt.Step(34))
+    return chart
 
 
 def rate_chart(rows: Sequence[Mapping[str, Any]]) -> alt.LayerChart:
@@ -168,7 +171,8 @@ def rate_chart(rows: Sequence[Mapping[str, Any]]) -> alt.LayerChart:
         tooltip=["kind", "state", "failures", "runs",
                  alt.Tooltip("rate:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"),
                  alt.Tooltip("high:Q", format=".1%")])
-    return (bars + points).properties(height=40 + 36 * len(frame))
+    layered: alt.LayerChart = (bars + points).properties(height=alt.Step(32))
+    return layered
 
 
 def flash(key: str) -> None:

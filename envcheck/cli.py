@@ -138,8 +138,8 @@ def check(
         "on nodes declaring the 'docker' resource (pip install envcheck[ray])")
     ] = ExecutorKind.LOCAL,
     ray_address: Annotated[str | None, typer.Option(
-        envvar="ENVCHECK_RAY_ADDRESS", help="Ray cluster (host:port; default: RAY_ADDRESS or "
-        "this host's cluster; 'local': a private one here with --concurrency docker slots)")
+        envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
+        "(default: RAY_ADDRESS, else the cluster started on this host)")
     ] = None,
 ) -> None:
     """Run one check cycle now, store the results and print them."""

@@ -57,6 +57,7 @@ __all__ = [
     "STATUS_ORDER",
     "TTL_S",
     "ApiSettings",
+    "Bucketing",
     "ChangeOutcome",
     "DriftEvent",
     "EnvironmentView",
@@ -64,6 +65,7 @@ __all__ = [
     "HeatCell",
     "Incident",
     "KindStats",
+    "SourceHistory",
     "SourcePoint",
     "SourceSummary",
     "api_settings",
@@ -163,9 +165,11 @@ def worst(statuses: Mapping[str, int]) -> str:
 def heatmap(url: str, version: DataVersion, env_ids: tuple[str, ...], bucketing: Bucketing,
             span: int, kinds: tuple[str, ...] = ()) -> list[HeatCell]:
     """Cells for ``env_ids``: the last ``span`` hours up to the newest result (``hour``), or
-    the newest ``span`` runs (``run``)."""
+    the newest ``span`` runs (``run``). Buckets holding a cycle judged an infrastructure
+    incident say so in their label: their failures moved no state."""
     store = store_for(url)
     counts: dict[tuple[str, datetime, str], Counter[str]] = {}
+    incident_runs = {i.run_id for i in store.incidents(100)}
     if bucketing == "run":
         runs = store.recent_runs(span)
         started = dict(runs)
@@ -173,17 +177,22 @@ def heatmap(url: str, version: DataVersion, env_ids: tuple[str, ...], bucketing:
             assert isinstance(b.bucket, str)
             at = started[b.bucket]
             label = f"{at:%m-%d %H:%M} {b.bucket[:6]}"
+            if b.bucket in incident_runs:
+                label += " (incident)"
             counts.setdefault((b.env_id, at, label), Counter())[b.status] += b.count
     else:
         newest = version.newest_result_at
         if newest is None:
             return []
+        incident_hours = {run.started_at.replace(minute=0, second=0, microsecond=0)
+                          for run in map(store.run, incident_runs) if run is not None}
         until = newest.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
         for b in store.time_buckets(env_ids, until - timedelta(hours=span), until, 3600,
                                     kinds):
             assert isinstance(b.bucket, datetime)
-            key = (b.env_id, b.bucket, f"{b.bucket:%m-%d %H:00}")
-            counts.setdefault(key, Counter())[b.status] += b.count
+            label = f"{b.bucket:%m-%d %H:00}" + (" (incident)" if b.bucket in incident_hours
+                                                 else "")
+            counts.setdefault((b.env_id, b.bucket, label), Counter())[b.status] += b.count
     return [HeatCell(env, at, label, worst(c), dict(c))
             for (env, at, label), c in sorted(counts.items(), key=lambda kv: kv[0][1])]
 

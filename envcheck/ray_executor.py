@@ -7,10 +7,9 @@ resource (and ``num_cpus``), each node declares how many sandboxes its engine ta
 bounds the concurrency per node; nothing here schedules. A data source with ``node: NAME``
 pins the ``datasource`` checks that use it to nodes declaring the resource ``NAME``.
 
-On the node the task builds its own :class:`DockerRuntime` from the node's environment
-(``DOCKER_HOST``, ...), once per worker process, reaping what dead workers left behind, and
-runs :func:`~envcheck.runner.check_environment` with no sink. Results (and the data-source
-shapes it observed) are *returned*; the caller writes them. So:
+On the node the task (:func:`envcheck.executors.remote.run_on_node`) builds its own engine
+client from the node's environment and runs the same check as the local executor. Results
+(and the data-source shapes it observed) are *returned*; the caller writes them. So:
 
 - a node that dies mid-task loses nothing: Ray retries the task elsewhere (``max_retries``);
   the dead attempt returned nothing, so it is recorded nowhere, and its containers, labelled
@@ -22,16 +21,14 @@ shapes it observed) are *returned*; the caller writes them. So:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import ray
 import ray.exceptions
@@ -40,14 +37,14 @@ from envcheck.catalogue import DataSource, Environment
 from envcheck.clock import SYSTEM_CLOCK
 from envcheck.errors import ExecutorUnavailable, InfraError
 from envcheck.executors import RayOptions, infra_results
+from envcheck.executors.remote import CheckTask, Observation, Shape, TaskOutcome, run_on_node
 from envcheck.kinds.datasource import DataSourceChecker
 from envcheck.kinds.sampling import ShapeStore
 from envcheck.kinds.shapewrites import ThrottledShapes
 from envcheck.results import ProbeKind, ProbeResult, Reason
-from envcheck.runner import ResultSink, Services, check_environment, unchecked
-from envcheck.sandbox.docker import DockerRuntime
+from envcheck.runner import ResultSink, Services
 
-__all__ = ["CheckTask", "Observation", "RayExecutor", "TaskOutcome", "run_on_node"]
+__all__ = ["RayExecutor"]
 
 log = logging.getLogger(__name__)
 
@@ -59,123 +56,9 @@ _NODES_TTL_S = 5.0
 _KIND_ORDER = {kind: i for i, kind in enumerate(ProbeKind)}
 
 
-Ref = ray.ObjectRef["TaskOutcome"]
+Ref: TypeAlias = ray.ObjectRef["TaskOutcome"]
 # ray.nodes() is untyped; named here once, typed.
 _ray_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes
-
-
-# --- what travels ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    fingerprint: str
-    shape: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """A data-source shape seen on a node, for the caller to write (ShapeStore.observe_shape)."""
-
-    source_id: str
-    fingerprint: str
-    shape: Any
-    at: datetime
-    count: int
-    auto_accept: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CheckTask:
-    env: Environment
-    kinds: tuple[ProbeKind, ...]
-    run_id: str
-    # The environment's data sources, or None when the caller has no data-source checker
-    # (then a datasource probe is an error on the node too, as it would be locally).
-    sources: tuple[DataSource, ...] | None = None
-    accepted: Mapping[str, Shape | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOutcome:
-    results: tuple[ProbeResult, ...]
-    observations: tuple[Observation, ...] = ()
-
-
-# --- on the node ----------------------------------------------------------------------------
-
-
-class RecordingShapes:
-    """The node's ShapeStore: accepted shapes from the caller's snapshot, observations kept
-    to be returned (the node never writes the store)."""
-
-    def __init__(self, accepted: Mapping[str, Shape | None]) -> None:
-        self._accepted = dict(accepted)
-        self._lock = threading.Lock()
-        self.observed: list[Observation] = []
-
-    def accepted_shape(self, source_id: str) -> Shape | None:
-        with self._lock:
-            return self._accepted.get(source_id)
-
-    def observe_shape(self, source_id: str, fingerprint: str, shape: Any, at: datetime, *,
-                      count: int = 1, auto_accept: bool = False) -> Shape:
-        seen = Shape(fingerprint, shape)
-        with self._lock:
-            self.observed.append(Observation(source_id, fingerprint, shape, at, count,
-                                             auto_accept))
-            if auto_accept and self._accepted.get(source_id) is None:
-                self._accepted[source_id] = seen
-        return seen
-
-
-class _NodeRuntime:
-    """This worker process's engine client, built once from the node's environment."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runtime: DockerRuntime | None = None
-
-    def get(self) -> DockerRuntime:
-        with self._lock:
-            if self._runtime is None:
-                runtime = DockerRuntime.from_env()
-                try:
-                    runtime.reap()  # containers of workers that died here, e.g. with a node
-                except InfraError as exc:
-                    log.warning("reaping leftovers failed: %s", exc)
-                self._runtime = runtime
-            return self._runtime
-
-
-_node_runtime = _NodeRuntime()
-
-
-def run_on_node(task: CheckTask) -> TaskOutcome:
-    """The body of a Ray task (a plain function: testable without Ray)."""
-    where = {"node_id": _node_id(), "host": socket.gethostname()}
-    try:
-        runtime = _node_runtime.get()
-    except InfraError as exc:
-        results = unchecked([task.env], task.kinds, exc)
-        return TaskOutcome(tuple(_placed(r, where) for r in results))
-    shapes = RecordingShapes(task.accepted)
-    services: Services | None = None
-    if task.sources is not None:
-        services = {DataSourceChecker: DataSourceChecker(task.sources, shapes)}
-    results = check_environment(task.env, task.kinds, runtime, task.run_id, None, services)
-    return TaskOutcome(tuple(_placed(r, where) for r in results), tuple(shapes.observed))
-
-
-def _node_id() -> str:
-    try:
-        return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # outside a Ray worker (tests call run_on_node directly)
-        return ""
-
-
-def _placed(result: ProbeResult, where: dict[str, str]) -> ProbeResult:
-    return dataclasses.replace(result, details={**result.details, "ray": where})
 
 
 # --- in the caller --------------------------------------------------------------------------
@@ -233,27 +116,20 @@ class RayExecutor:
         self._nodes_lock = threading.Lock()
 
     @classmethod
-    def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None,
-                local_slots: int = 2) -> RayExecutor:
-        """Join the cluster (or reuse the Ray this process already joined)."""
+    def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None) -> RayExecutor:
+        """Join the running cluster (or use the Ray this process already joined); never
+        start one: a cluster is the operator's (``ray start``)."""
         if ray.is_initialized():
             return cls(options, shapes=shapes)
-        common: dict[str, Any] = {"namespace": "envcheck", "include_dashboard": False,
-                                  "log_to_driver": False, "logging_level": logging.WARNING}
+        address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
+        if address != "auto":
+            _preflight(address, options.connect_timeout_s)
         try:
-            if options.address == "local":
-                ray.init(address="local", num_cpus=os.cpu_count() or 1,
-                         resources={options.docker_resource: float(local_slots)},
-                         _node_ip_address="127.0.0.1", **common)
-            else:
-                address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
-                if address != "auto":
-                    _preflight(address, options.connect_timeout_s)
-                ray.init(address=address, **common)
-        except ExecutorUnavailable:
-            raise
+            ray.init(address=address, namespace="envcheck", log_to_driver=False,
+                     logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
-            raise ExecutorUnavailable(f"cannot join the Ray cluster: {exc}") from exc
+            raise ExecutorUnavailable(f"cannot join the Ray cluster at {address}: {exc}"
+                                      ) from exc
         executor = cls(options, shapes=shapes, owns_ray=True)
         if executor.capacity() == 0:
             executor.close()

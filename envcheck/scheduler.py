@@ -3,11 +3,11 @@
 Each (environment, probe kind) is an interval job with jitter that only puts work on a
 priority queue (stale first, then suspect, then the rest, quarantined last); ``concurrency``
 worker threads take work from it, so a 2-core host never runs more sandboxes than that, and
-no more than ``per_image`` of one image at once. A worker never waits on a busy image: work
-for it is set aside and the next best work for another image runs instead. A (environment,
-kind) already queued or running is not queued again (APScheduler's ``max_instances=1`` only
-covers the enqueue). Quarantined environments are probed ``quarantined_factor`` times less
-often; their jobs are rescheduled when the quarantine changes.
+no more than ``per_image`` of one image at once; a busy image never idles a worker, and an
+(environment, kind) already queued or running is not queued again (:mod:`envcheck.workqueue`;
+APScheduler's ``max_instances=1`` only covers the enqueue). Quarantined environments are
+probed ``quarantined_factor`` times less often; their jobs are rescheduled when the
+quarantine changes (by a window's assessment or by hand).
 
 Results are grouped into windows (``window_s``): each window with results is a check run, and
 when it closes it is judged and assessed exactly like an ``envcheck check`` cycle
@@ -20,13 +20,11 @@ thread, no pool), workers sleep on a condition, and an empty window costs one qu
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import random
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +43,7 @@ from envcheck.runner import Services, check_environment
 from envcheck.sandbox.base import SandboxRuntime
 from envcheck.store import Store
 from envcheck.store.tables import CheckRun, ProbeResultRow, RunState
+from envcheck.workqueue import Key, Work, WorkQueue
 
 __all__ = ["ProbeScheduler", "SchedulerStats"]
 
@@ -53,21 +52,11 @@ log = logging.getLogger(__name__)
 STALE, SUSPECT, NORMAL, QUARANTINED = 0, 1, 2, 3
 WINDOW_JOB = "envcheck:window"
 CATCH_UP_JOB = "envcheck:catch-up"
+CATCH_UP_BATCH = 200
 # A backlog after a restart is spread over this many seconds at most instead of one burst.
 RESTART_SPREAD_S = 5.0
 # No result for this many intervals: the (environment, kind) counts as stale.
 STALE_INTERVALS = 2.0
-
-Key = tuple[str, ProbeKind]
-
-
-@dataclass(order=True, frozen=True)
-class Work:
-    priority: int
-    due: float  # wall clock (epoch seconds) when it was due
-    seq: int  # first come, first served among equals
-    env_id: str = field(compare=False)
-    kind: ProbeKind = field(compare=False)
 
 
 @dataclass(eq=False)
@@ -147,22 +136,19 @@ class ProbeScheduler:
         self._build_services = services
         self._services: Services | None = services(catalogue, store) if services else None
         self._on_cycle = on_cycle
-        # _lock guards the queue, the busy set, the counters and the window; never call the
-        # store or APScheduler while holding it (APScheduler calls _due holding its own lock).
+        # _lock guards the queue, the stats, the states and the window; never call the store
+        # or APScheduler while holding it (APScheduler calls _due holding its own lock).
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
         self._records_done = threading.Condition(self._lock)
-        self._pending: list[Work] = []  # a heap
-        self._blocked: dict[str, list[Work]] = {}  # image -> heap of work waiting for a slot
-        self._image_running: dict[str, int] = defaultdict(int)
-        self._busy: set[Key] = set()
-        self._seq = itertools.count()
+        self._queue = WorkQueue(self._per_image)
         self._close_lock = threading.Lock()  # one window closes at a time
         self._jobs_lock = threading.RLock()  # job changes: start, reload, quarantine changes
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
         self._last: Previous = {}
         self._last_at: dict[Key, float] = {}
+        self._intervals: dict[Key, float] = {}  # of the jobs scheduled now
         self._quarantined: set[str] = set()
         self._suspect: set[str] = set()
         self._generation = -1
@@ -215,7 +201,8 @@ class ProbeScheduler:
         deadline = time.monotonic() + grace_s
         with self._lock:
             self._stopping.set()
-            dropped = self._drop_queued()
+            dropped = self._queue.clear()
+            self.stats.queued = 0
             self._work_ready.notify_all()
         if self._aps.running:
             self._aps.shutdown(wait=True)  # waits for a window being closed right now
@@ -255,6 +242,7 @@ class ProbeScheduler:
                     keep.add(job.id)
                 else:
                     job.remove()
+                    self._intervals.pop((job.args[0], job.args[1]), None)
                     removed += 1
             now = time.time()
             for job_id, (env, kind) in wanted.items():
@@ -269,11 +257,17 @@ class ProbeScheduler:
         started = time.monotonic()
         ids = _unassessed_env_ids(self._store)
         envs = [self._envs[e] for e in sorted(ids) if e in self._envs]
-        transitions = evaluate(self._store, envs) if envs else []
+        done = transitions = 0
+        for i in range(0, len(envs), CATCH_UP_BATCH):  # a stop need not wait for all of it
+            if self._stopping.is_set():
+                break
+            batch = envs[i:i + CATCH_UP_BATCH]
+            transitions += len(evaluate(self._store, batch))
+            done += len(batch)
         if not self._stopping.is_set():
             self._reschedule(self._refresh_states())
         log.info("unassessed results assessed", extra={
-            "environments": len(envs), "transitions": len(transitions),
+            "environments": done, "of": len(envs), "transitions": transitions,
             "seconds": round(time.monotonic() - started, 3)})
 
     # --- scheduling ---------------------------------------------------------------------
@@ -305,6 +299,7 @@ class ProbeScheduler:
         if interval is None:
             if self._aps.get_job(job_id) is not None:
                 self._aps.remove_job(job_id)
+            self._intervals.pop((env.id, kind), None)
             return 0
         jitter = env.schedules.jitter_s
         last = self._last_at.get((env.id, kind))
@@ -316,6 +311,7 @@ class ProbeScheduler:
         self._aps.add_job(self._due, IntervalTrigger(seconds=interval, jitter=jitter or None),
                           args=(env.id, kind), id=job_id, replace_existing=True,
                           next_run_time=datetime.fromtimestamp(first, UTC))
+        self._intervals[(env.id, kind)] = interval
         return 1
 
     def _priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
@@ -330,14 +326,10 @@ class ProbeScheduler:
     def _due(self, env_id: str, kind: ProbeKind, due: float | None = None) -> bool:
         now = time.time()
         with self._lock:
-            key = (env_id, kind)
-            if self._stopping.is_set() or key in self._busy or env_id not in self._envs:
+            if self._stopping.is_set() or env_id not in self._envs or not self._queue.put(
+                    self._priority(env_id, kind, now), now if due is None else due, env_id, kind):
                 return False
-            self._busy.add(key)
-            work = Work(self._priority(env_id, kind, now), now if due is None else due,
-                        next(self._seq), env_id, kind)
-            heapq.heappush(self._pending, work)
-            self.stats.queued += 1
+            self.stats.queued = self._queue.queued
             self._work_ready.notify()
         return True
 
@@ -348,31 +340,6 @@ class ProbeScheduler:
 
     # --- work ---------------------------------------------------------------------------
 
-    def _take(self) -> tuple[Work, Environment] | None:
-        """The best queued work whose image has a free slot (call holding the lock)."""
-        while self._pending:
-            work = heapq.heappop(self._pending)
-            env = self._envs.get(work.env_id)
-            if env is None:  # removed by a reload while queued
-                self._busy.discard((work.env_id, work.kind))
-                self.stats.queued -= 1
-                continue
-            if self._image_running[env.image] >= self._per_image:
-                heapq.heappush(self._blocked.setdefault(env.image, []), work)
-                continue
-            self.stats.queued -= 1
-            return work, env
-        return None
-
-    def _drop_queued(self) -> int:
-        dropped = [*self._pending, *itertools.chain.from_iterable(self._blocked.values())]
-        self._pending.clear()
-        self._blocked.clear()
-        for work in dropped:
-            self._busy.discard((work.env_id, work.kind))
-        self.stats.queued = 0
-        return len(dropped)
-
     def _work(self) -> None:
         while True:
             with self._lock:
@@ -380,12 +347,11 @@ class ProbeScheduler:
                 while picked is None:
                     if self._stopping.is_set():
                         return
-                    picked = self._take()
+                    picked = self._queue.take(self._envs.get)
                     if picked is None:
                         self._work_ready.wait()
                 work, env = picked
-                self._image_running[env.image] += 1
-                self.stats.running += 1
+                self.stats.queued, self.stats.running = self._queue.queued, self._queue.running
             try:
                 self._run(work, env)
             except Exception:  # a worker must survive anything one probe does
@@ -393,17 +359,10 @@ class ProbeScheduler:
                                                           "kind": str(work.kind)})
             finally:
                 with self._lock:
-                    self.stats.running -= 1
+                    self._queue.done(work, env)
                     self.stats.completed += 1
-                    self._image_running[env.image] -= 1
-                    if not self._image_running[env.image]:
-                        del self._image_running[env.image]
-                    self._busy.discard((work.env_id, work.kind))
-                    blocked = self._blocked.get(env.image)
-                    if blocked:  # a slot of this image is free: its best waiting work is next
-                        heapq.heappush(self._pending, heapq.heappop(blocked))
-                        if not blocked:
-                            del self._blocked[env.image]
+                    self.stats.queued, self.stats.running = (self._queue.queued,
+                                                             self._queue.running)
                     self._work_ready.notify()
 
     def _run(self, work: Work, env: Environment) -> None:
@@ -510,6 +469,11 @@ class ProbeScheduler:
                 for kind in applicable_kinds(env):
                     self._schedule(env, kind, now)
         log.info("probing rate changed", extra={"environments": sorted(env_ids)})
+
+    def intervals(self) -> dict[Key, float]:
+        """(environment, kind) -> the probing interval in force now, quarantine included:
+        what the daemon schedules (cheap: no catalogue walk, no job store scan)."""
+        return dict(self._intervals)
 
     def jobs(self) -> list[Any]:
         """The (environment, kind) jobs."""

@@ -6,7 +6,7 @@
 #   scripts/setup.sh
 #
 # Environment:
-#   ENVCHECK_EXTRAS      pip extras to install (default: dev), e.g. "dev,dashboard"
+#   ENVCHECK_EXTRAS      pip extras to install (default: dev,dashboard), e.g. "dev,dashboard,ray"
 #   ENVCHECK_APT_EXTRA   extra Debian packages (space-separated), installed only when missing
 #   ENVCHECK_DOCKERD_LOG where a dockerd started by this script logs
 #                        (default: /var/log/envcheck/dockerd.log)
@@ -16,7 +16,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
-EXTRAS="${ENVCHECK_EXTRAS:-dev}"
+EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard}"
 DOCKERD_LOG="${ENVCHECK_DOCKERD_LOG:-/var/log/envcheck/dockerd.log}"
 BASE_IMAGE="${ENVCHECK_BASE_IMAGE:-envcheck/base:bookworm}"
 VENV="$ROOT/.venv"

@@ -17,7 +17,9 @@ warn() { printf 'test: WARNING: %s\n' "$*" >&2; }
 is_root() { [[ $(id -u) -eq 0 ]]; }
 
 # promtool, Prometheus and Alertmanager for tests/test_alerts.py (installed only when missing)
-export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
+export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager chromium${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
+# the tests cover every extra: the dashboard (streamlit) and the Ray executor
+export ENVCHECK_EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard,ray}"
 "$ROOT/scripts/setup.sh"
 
 # --- PostgreSQL on 127.0.0.1:5432 (trust auth, database "test") -------------------------------

@@ -10,9 +10,13 @@ infrastructure incident, and a quarantine by hand.
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
+import zlib
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import update
@@ -21,7 +25,7 @@ from envcheck.catalogue import DataSource, DependencySpec, Environment, Suite, T
 from envcheck.feed import evaluate, set_quarantine_by_id
 from envcheck.kinds.datasource import DataSourceChecker, combine
 from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
-from envcheck.store import Store
+from envcheck.store import Store, open_store
 from envcheck.store.tables import CheckRun
 from tests.http_server import MisbehavingServer, fail, ok
 
@@ -96,9 +100,11 @@ def terminal(env: Environment, cycle: int, profile: str, at: datetime) -> ProbeR
     exit_code, head = 0, "/usr/bin/git\n/usr/bin/python3\nenvcheck:ready\n"
     if profile == "broken" or (profile == "rebuilt" and cycle < 18 and cycle >= 10):
         status, reason, exit_code = Status.FAIL, Reason.TOOL_MISSING, 1
-        summary, head = "tool(s) missing on PATH: git", "python3: /usr/bin/python3\ngit: not found\n"
+        summary = "tool(s) missing on PATH: git"
+        head = "python3: /usr/bin/python3\ngit: not found\n"
     elif profile == "degraded" and cycle == CYCLES - 1:
-        status, reason, summary = Status.FAIL, Reason.SHELL_SLOW, "login shell took 4.2 s (limit 2 s)"
+        status, reason = Status.FAIL, Reason.SHELL_SLOW
+        summary = "login shell took 4.2 s (limit 2 s)"
     elif profile == "infra":
         return ProbeResult(env.id, ProbeKind.TERMINAL, Status.ERROR, Reason.ENGINE_UNREACHABLE,
                            "the Docker engine did not answer: connection refused", 0.01,
@@ -124,7 +130,7 @@ def _run(label: str, phase: str, not_passed: list[str], seed: int | None = None,
 
 def tests(env: Environment, cycle: int, profile: str, at: datetime) -> ProbeResult:
     """Details as ``envcheck.kinds.tests`` writes them: runs, flaky tests, problems."""
-    rng = random.Random(hash((env.id, cycle)) & 0xFFFF)
+    rng = random.Random(zlib.crc32(f"{env.id}/{cycle}".encode()))  # the same every run
     runs = [_run("negative control", "negative", list(F2P))]
     flaky: dict[str, dict[str, Any]] = {}
     problems: list[dict[str, Any]] = []
@@ -164,9 +170,8 @@ def tests(env: Environment, cycle: int, profile: str, at: datetime) -> ProbeResu
             reason = Reason.ORDER_DEPENDENT if profile == "order-dependent" else \
                 Reason.NONDETERMINISTIC
             shown = ", ".join(f"{t} ({v['passed']}/{v['runs']} passed)" for t, v in flaky.items())
-            summary = (f"{len(flaky)} test(s) fail "
-                       f"{'only in some test orders' if profile == 'order-dependent' else 'at random'}"
-                       f": {shown}")
+            how = "only in some test orders" if profile == "order-dependent" else "at random"
+            summary = f"{len(flaky)} test(s) fail {how}: {shown}"
     details: dict[str, Any] = {"flaky_tests": sorted(flaky)}
     if flaky:
         details["flaky"] = flaky
@@ -198,10 +203,11 @@ def dependencies(env: Environment, cycle: int, at: datetime) -> ProbeResult:
 
 
 class _FastClock:
-    """Real time, but sleeps (retry backoff) are skipped and added to it."""
+    """The seeded cycle's time for shapes; sleeps (retry backoff) are skipped."""
 
     def __init__(self) -> None:
         self.skipped = 0.0
+        self.at = T0
 
     def monotonic(self) -> float:
         return time.monotonic() + self.skipped
@@ -210,7 +216,7 @@ class _FastClock:
         self.skipped += seconds
 
     def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self.skipped)
+        return self.at
 
 
 @dataclass
@@ -227,17 +233,18 @@ def seed(store: Store) -> Seeded:
     out = Seeded(envs)
     with MisbehavingServer() as api:
         sources = {
-            "weather-api": DataSource(id="weather-api", url=api.url("/weather"), samples=3,
+            "weather-api": DataSource(id="weather-api", url=api.url("/weather"), samples=2,
                                       retries=0, latency_budget_ms=250.0,
                                       connect_timeout_s=1.0, read_timeout_s=2.0),
             "prices-api": DataSource(id="prices-api", url=api.url("/prices"), samples=4,
                                      retries=0, latency_budget_ms=500.0,
                                      connect_timeout_s=1.0, read_timeout_s=2.0),
         }
-        checker = DataSourceChecker(sources.values(), store, clock=_FastClock(),
+        clock = _FastClock()
+        checker = DataSourceChecker(sources.values(), store, clock=clock,
                                     rng=random.Random(3), shape_write_interval_s=0.0)
         for cycle in range(CYCLES):
-            at = T0 + timedelta(hours=cycle)
+            at = clock.at = T0 + timedelta(hours=cycle)
             api.route("/weather", default=ok(DRIFTED if cycle >= DRIFT_FROM else WEATHER))
             prices = [fail(503)] * (2 if cycle % 5 in (1, 3) else 0)
             api.route("/prices", *prices, default=ok(PRICES))
@@ -248,7 +255,7 @@ def seed(store: Store) -> Seeded:
                              .values(started_at=at))
             reports = {}
             for i, env in enumerate(envs):
-                suite, profile = FLEET[env.id]
+                profile = FLEET[env.id][1]
                 if profile == "unchecked":
                     continue
                 when = at + timedelta(seconds=10 * i)
@@ -279,3 +286,23 @@ def seed(store: Store) -> Seeded:
                          reason="reward hacking reported in run 4711",
                          now=T0 + timedelta(hours=CYCLES, minutes=5))
     return out
+
+
+_BUILT: dict[Path, Seeded] = {}
+
+
+def sqlite_template(path: Path) -> Seeded:
+    """Seed the SQLite file ``path`` once per test session (it is copied for each test)."""
+    if path not in _BUILT:
+        with open_store(f"sqlite:///{path}") as store:
+            _BUILT[path] = seed(store)
+        with closing(sqlite3.connect(path)) as conn:  # everything in the main file
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return _BUILT[path]
+
+
+def copy_sqlite(source: Path, target: Path) -> str:
+    """A private copy of a seeded store; returns its URL."""
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+    return f"sqlite:///{target}"

@@ -7,6 +7,7 @@ measured on the real engine, where containers are what they bound.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -312,6 +313,7 @@ def test_quarantined_probed_at_the_reduced_rate(tmp_path: Path, store: Store,
     assert (transition.env_id, transition.new_state, transition.quarantined) == (
         "bad", "broken", True)
     assert job_of(s, "bad").trigger.interval_length == 2.5
+    assert s.intervals() == {("bad", T): 2.5}
     switched = time.monotonic()
     before = len(fake.starts("bad"))
     wait_until("two probes at the new rate", lambda: len(fake.starts("bad")) >= before + 2,
@@ -319,7 +321,7 @@ def test_quarantined_probed_at_the_reduced_rate(tmp_path: Path, store: Store,
     starts = fake.starts("bad")
     assert 0.8 <= starts[1] - starts[0] <= 1.3, starts
     after = [t for t in starts if t > switched]
-    assert all(2.3 <= b - a <= 2.9 for a, b in zip(after, after[1:], strict=False)), after
+    assert all(2.3 <= b - a <= 2.9 for a, b in itertools.pairwise(after)), after
 
 
 def test_a_manual_quarantine_changes_the_rate_at_the_next_window(
@@ -351,9 +353,14 @@ def test_window_assesses_its_results(tmp_path: Path, store: Store, fake: FakeChe
     s.start()
     assert s.close_window() is None, "nothing happened: no run, no assessment"
     assert store.runs() == []
-    for n, env_id in enumerate(("x", "y", "x"), start=1):
-        s.enqueue_now(env_id, T)
-        wait_until(f"{env_id} to finish", lambda n=n: len(fake.finished) == n)
+
+    def probe(env_id: str) -> None:
+        n = len(fake.finished)
+        assert s.enqueue_now(env_id, T)
+        wait_until(f"{env_id} to finish", lambda: len(fake.finished) > n)
+
+    for env_id in ("x", "y", "x"):
+        probe(env_id)
     outcome = s.close_window()
     assert outcome is not None and outcome.incident is None
     assert cycles == [outcome]
@@ -500,6 +507,7 @@ def test_reload_swaps_jobs(tmp_path: Path, store: Store, fake: FakeChecks,
                           schedules=schedules)
     s.reload(new)
     assert {j.id for j in s.jobs()} == {f"keep:{T}", f"added:{T}"}
+    assert s.intervals() == {("keep", T): 3600, ("added", T): 3600}
     assert job_of(s, "keep").next_run_time == keep_next, "an unchanged job keeps its timing"
     assert job_of(s, "added").next_run_time <= datetime.now(UTC) + timedelta(seconds=5)
     assert {e.id for e in store.environments()} >= {"keep", "added"}
@@ -512,6 +520,7 @@ def test_reload_swaps_jobs(tmp_path: Path, store: Store, fake: FakeChecks,
                               schedules="terminal: 2h, jitter_s: 0")
     s.reload(changed)
     assert job_of(s, "keep").trigger.interval_length == 7200
+    assert s.intervals() == {("keep", T): 7200, ("added", T): 7200}
 
 
 # --- on the real engine ----------------------------------------------------------------------

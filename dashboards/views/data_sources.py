@@ -53,7 +53,8 @@ else:
                            "p95": p.p95_ms, "max": p.max_ms, "status": p.status,
                            "reason": p.reason, "result": p.result_id} for p in points])
     st.subheader("Availability")
-    availability = alt.Chart(frame).mark_line(point=True, color="#2e7d32").encode(
+    availability = alt.Chart(frame).mark_line(
+        color="#2e7d32", point=alt.OverlayMarkDef(color="#2e7d32")).encode(
         x=alt.X("at:T", title=None, axis=alt.Axis(format="%m-%d %H:%M")),
         y=alt.Y("availability:Q", title="share of samples answered well",
                 scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
@@ -88,10 +89,10 @@ else:
         bars = alt.Chart(pd.DataFrame([{"class": k, "samples": v}
                                        for k, v in history.failures.items()])).mark_bar(
             color="#c62828").encode(
-            x=alt.X("samples:Q", title=f"failed samples in the last {len(points)} reports"),
+            x=alt.X("samples:Q", title=f"failed samples in the last {len(points)} reports",
+                    axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("class:N", sort="-x", title=None), tooltip=["class", "samples"])
-        st.altair_chart(bars.properties(height=40 + 28 * len(history.failures)),
-                        width="stretch")
+        st.altair_chart(bars.properties(height=alt.Step(26)), width="stretch")
     else:
         st.caption(f"No failed sample in the last {len(points)} reports.")
 
@@ -105,6 +106,7 @@ ui.table([{
                                                          display_text=r"results=([0-9]+)")})
 st.caption("Drift is a change of the answer's structure (keys and types, never values) from "
            "the accepted fingerprint; `envcheck accept-schema` accepts the new one.")
+st.markdown("**Shapes seen**")
 ui.table([{
     "fingerprint": s.fingerprint, "accepted": ui.when(s.accepted_at) if s.accepted_at else "",
     "accepted by": s.accepted_by or "", "first seen": ui.when(s.first_seen),

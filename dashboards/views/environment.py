@@ -3,6 +3,9 @@ tests, evidence of results, image digests and transitions."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import altair as alt
 import envcheck_ui as ui
 import pandas as pd
@@ -36,6 +39,16 @@ if view is None:
     st.stop()
 
 
+def short_run(label: str) -> str:
+    """Axis labels that fit: ``positive run 3/8 (shuffled)`` -> ``positive 3/8 shuffled``,
+    ``confirm failing positive run 2/8 (shuffled) (1/4)`` -> ``confirm fail 1/4``."""
+    confirm = re.match(r"confirm (fail|pass)ing .*\((\d+/\d+)\)$", label)
+    if confirm:
+        return f"confirm {confirm[1]} {confirm[2]}"
+    return label.replace("negative control", "negative").replace(" run ", " ").replace(
+        " (shuffled)", " shuffled")
+
+
 def explain(reason: str) -> str:
     """``terminal: tool_missing`` with what the code means."""
     code = reason.rpartition(": ")[2]
@@ -55,8 +68,9 @@ columns[0].metric("State", view.state)
 columns[1].metric("Allowed now", "yes" if view.allowed else "no",
                   help="may a scheduler use it (the suite's allowlist)")
 columns[2].metric("Quarantined", view.q_source or "yes" if view.quarantined else "no")
-columns[3].metric("Assessed", ui.when(view.updated_at))
+columns[3].metric("Probe kinds", len(view.kinds))
 st.markdown(f"**Why:** {explain(view.reason)}")
+st.caption(f"Assessed {ui.when(view.updated_at)}")
 if view.quarantined:
     links = ", ".join(f"[#{i}]({ui.env_url(view.env_id, [i])})" for i in view.q_evidence)
     st.error(f"**Quarantined** ({view.q_source}) by {view.q_actor} since "
@@ -68,18 +82,18 @@ if view.quarantined:
 st.subheader("Failure rate per probe kind")
 lines = data.timeline(ctx.url, ctx.version, env_id, 500)
 window = data.window_rates(lines)
-rows = []
+rows: list[dict[str, Any]] = []
 for k in view.kinds:
     failures, runs, low, high = window.get(k.kind, (0, 0, 0.0, 1.0))
     rows.append({
         "kind": k.kind, "state": k.state, "reason": k.reason, "failures": k.failures,
         "runs": k.runs, "rate": k.failure_rate if k.failure_rate is not None else 0.0,
         "low": k.wilson[0], "high": k.wilson[1], "window": f"{failures}/{runs}",
-        "window interval": f"{ui.pct(low)} – {ui.pct(high)}", "llr": round(k.llr, 3),
+        "window interval": f"[{ui.pct(low)}, {ui.pct(high)}]", "SPRT LLR": round(k.llr, 3),
         "digest": ui.short(k.image_digest)})
 if rows:
     ui.table([{**r, "rate": ui.pct(r["rate"] if r["runs"] else None),
-               "95% Wilson": f"{ui.pct(r['low'])} – {ui.pct(r['high'])}"}
+               "95% Wilson": f"[{ui.pct(r['low'])}, {ui.pct(r['high'])}]"}
               for r in rows], key="kinds",
              column_config={"low": None, "high": None})
     st.caption("Counts are the current image digest and spec only (what the health model "
@@ -141,7 +155,9 @@ if wanted:
     if missing:
         st.warning(f"No result {', '.join(f'#{i}' for i in sorted(missing))} of {env_id}.")
 else:
-    latest = data.latest_results(ctx.url, ctx.version, env_id)
+    # what went wrong first: the tab a person opens the page for
+    latest = sorted(data.latest_results(ctx.url, ctx.version, env_id),
+                    key=lambda s: (s.result.status == "pass", s.result.kind))
     if latest:
         tabs = st.tabs([f"{s.result.kind} · {s.result.status}" for s in latest])
         for tab, stored in zip(tabs, latest, strict=True):
@@ -174,18 +190,19 @@ if view.fail_to_pass or view.pass_to_pass or any(x.kind == "tests" for x in line
                    "follows the test order. `passed` counts the runs in which the test had "
                    "to pass.")
         if report.pattern:
-            frame = pd.DataFrame([{"test": t, "run": label, "phase": phase, "outcome": o}
+            frame = pd.DataFrame([{"test": t, "run": short_run(label), "label": label,
+                                   "phase": phase, "outcome": o}
                                   for t, label, phase, o in report.pattern])
             outcomes = ["pass", "fail", "fail (expected)", "invalid run"]
             chart = alt.Chart(frame).mark_rect(stroke="white").encode(
                 x=alt.X("run:N", sort=list(dict.fromkeys(frame["run"])), title=None,
-                        axis=alt.Axis(labelAngle=-40, labelLimit=220)),
+                        axis=alt.Axis(labelAngle=-45, labelLimit=200, labelOverlap=False)),
                 y=alt.Y("test:N", title=None, axis=alt.Axis(labelLimit=360)),
                 color=alt.Color("outcome:N", scale=alt.Scale(
                     domain=outcomes, range=["#2e7d32", "#c62828", "#90a4ae", "#7b52ab"]),
                     legend=alt.Legend(orient="top")),
-                tooltip=["test", "run", "phase", "outcome"],
-            ).properties(height=60 + 28 * frame["test"].nunique())
+                tooltip=["test", "label", "phase", "outcome"],
+            ).properties(height=alt.Step(28))
             st.markdown(f"Pass/fail pattern of result [#{report.pattern_result_id}]"
                         f"({ui.env_url(env_id, [report.pattern_result_id or 0])}) "
                         f"({ui.when(report.pattern_at)}), run by run:")
@@ -194,9 +211,9 @@ if view.fail_to_pass or view.pass_to_pass or any(x.kind == "tests" for x in line
 # --- image digests and transitions ---------------------------------------------------------------
 
 st.subheader("Image digest history")
-ui.table([{"digest": d.image_digest or "—", "first seen": ui.when(d.first_seen),
-           "last seen": ui.when(d.last_seen), "results": d.results, "failures": d.failures,
-           "kinds": ", ".join(d.kinds)} for d in data.digests(ctx.url, ctx.version, env_id)],
+ui.table([{"first seen": ui.when(d.first_seen), "last seen": ui.when(d.last_seen),
+           "results": d.results, "failures": d.failures, "kinds": ", ".join(d.kinds),
+           "digest": d.image_digest or "—"} for d in data.digests(ctx.url, ctx.version, env_id)],
          key="digests", empty="No result stored yet.")
 st.caption("A new digest starts the evidence afresh: the health model counts only results of "
            "the current digest and spec.")

@@ -68,17 +68,16 @@ where = EnvFilter(suites=tuple(chosen_suites), states=tuple(chosen_states),
 
 st.subheader("Environments by time")
 left, right = st.columns(2)
-bucketing = left.segmented_control("Columns", ["hour", "run"], default="hour", key="bucketing",
-                                   format_func=lambda b: {"hour": "by hour",
-                                                          "run": "by run"}[b])
-bucketing = bucketing or "hour"
+chosen_bucketing = left.segmented_control("Columns", ["hour", "run"], default="hour",
+                                          key="bucketing", format_func=lambda b: f"by {b}")
+bucketing: data.Bucketing = "run" if chosen_bucketing == "run" else "hour"
+unit = "hours" if bucketing == "hour" else "runs"
 span = right.select_slider("Span", [6, 12, 24, 48, 72, 168] if bucketing == "hour" else
                            [6, 12, 24, 48], value=24 if bucketing == "hour" else 12,
-                           key=f"span-{bucketing}",
-                           format_func=lambda n: f"{n} {'hours' if bucketing == 'hour' else 'runs'}")
+                           key=f"span-{bucketing}", format_func=lambda n: f"{n} {unit}")
 
 count = data.environments(ctx.url, ctx.version, where, 1, 1).total
-page, size = ui.pager(count, f"fleet|{where}")
+page, size = ui.pager(count, "fleet", repr(where))
 listing = data.environments(ctx.url, ctx.version, where, page, size)
 ids = tuple(e.env_id for e in listing.items)
 if not ids:
@@ -88,8 +87,8 @@ else:
     if cells:
         st.altair_chart(ui.heatmap_chart(cells, ids), width="stretch")
         st.caption("Each cell is the worst result of the environment in that "
-                   f"{'hour' if bucketing == 'hour' else 'run'} (fail › flaky › error › pass "
-                   "› skip); empty: no result. `error` is envcheck's own failure and never "
+                   f"{'hour' if bucketing == 'hour' else 'run'} (fail > flaky > error > pass "
+                   "> skip); empty: no result. `error` is envcheck's own failure and never "
                    "counts against an environment.")
     else:
         st.caption(f"No result of these environments in the last {span} {bucketing}s.")

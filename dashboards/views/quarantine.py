@@ -51,7 +51,7 @@ columns[2].metric("By hand", f"{summary.total - auto.total:,}",
                   help="only a person releases these")
 
 count = data.quarantine(ctx.url, ctx.version, tuple(chosen), source_filter, search, 1, 1).total
-page, size = ui.pager(count, f"quarantine|{chosen}|{source_filter}|{search}",
+page, size = ui.pager(count, "quarantine", f"{chosen}|{source_filter}|{search}",
                       label="quarantined environments")
 listing = data.quarantine(ctx.url, ctx.version, tuple(chosen), source_filter, search, page,
                           size)
@@ -98,7 +98,7 @@ left, right = st.columns([1, 2])
 only = left.toggle("Only quarantine changes", value=True, key="audit-only")
 audit_search = right.text_input("Environment id contains", key="audit-search").strip()
 total = data.transitions(ctx.url, ctx.version, None, only, audit_search, 1, 1).total
-page, size = ui.pager(total, f"audit|{only}|{audit_search}", label="transitions")
+page, size = ui.pager(total, "audit", f"{only}|{audit_search}", label="transitions")
 history = data.transitions(ctx.url, ctx.version, None, only, audit_search, page, size)
 ui.table([{
     "at": ui.when(t.at), "environment": ui.env_url(t.env_id),

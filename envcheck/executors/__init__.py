@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from envcheck.catalogue import Environment
+from envcheck.errors import InfraError
 from envcheck.kinds import Verdict, load_probe
 from envcheck.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.runner import ResultSink, Services, check_environment, run_cycle
@@ -46,6 +48,7 @@ __all__ = [
     "RayOptions",
     "infra_results",
     "open_executor",
+    "wait_for_executor",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,10 +64,9 @@ class RayOptions:
     """How checks are placed on a Ray cluster.
 
     ``address``: ``host:port`` of the cluster's GCS (``ray start --head`` prints it); None
-    reads ``RAY_ADDRESS`` or the cluster started on this host; ``"local"`` starts a private
-    one-machine Ray with ``concurrency`` docker slots. Every worker node that may run checks
-    declares ``docker_resource`` (``ray start --resources='{"docker": 4}'``): how many
-    sandboxes its engine takes at once. Each task takes ``docker_per_task`` of it and
+    reads ``RAY_ADDRESS``, else the cluster started on this host. Every worker node that may
+    run checks declares ``docker_resource`` (``ray start --resources='{"docker": 4}'``): how
+    many sandboxes its engine takes at once. Each task takes ``docker_per_task`` of it and
     ``num_cpus`` CPUs (0: the task's process only waits on the engine), so Ray alone bounds
     the concurrency per node.
     """
@@ -100,7 +102,7 @@ class ExecutorConfig:
     """``executor: local | ray`` with its options, validated once."""
 
     kind: ExecutorKind = ExecutorKind.LOCAL
-    # local: threads (sandboxes at once on this host); ray "local": docker slots
+    # local: threads, i.e. sandboxes at once on this host (Ray: the nodes' docker resource)
     concurrency: int = 2
     ray: RayOptions = field(default_factory=RayOptions)
 
@@ -158,20 +160,23 @@ class LocalExecutor:
     def __init__(self, runtime: SandboxRuntime, concurrency: int = 2) -> None:
         self.runtime = runtime
         self._concurrency = max(concurrency, 1)
+        self.reaped = 0  # leftover containers removed when connecting
 
     @classmethod
-    def from_env(cls, concurrency: int = 2) -> LocalExecutor:
+    def from_env(cls, concurrency: int = 2, timeout_s: float = 30.0) -> LocalExecutor:
         """Connect to the engine (``EngineUnreachable`` if down) and reap the leftovers of
         envcheck processes that died."""
         from envcheck.sandbox.docker import DockerRuntime
 
-        runtime = DockerRuntime.from_env()
+        runtime = DockerRuntime.from_env(timeout_s=timeout_s)
         try:
-            runtime.reap()
+            reaped = runtime.reap()
         except BaseException:
             runtime.close()
             raise
-        return cls(runtime, concurrency)
+        executor = cls(runtime, concurrency)
+        executor.reaped = reaped
+        return executor
 
     def check(self, env: Environment, kinds: Sequence[ProbeKind], run_id: str,
               sink: ResultSink | None = None,
@@ -206,7 +211,28 @@ def open_executor(config: ExecutorConfig, *, shapes: ShapeStore | None = None) -
         return LocalExecutor.from_env(config.concurrency)
     from envcheck.ray_executor import RayExecutor  # the only place Ray is ever imported
 
-    return RayExecutor.connect(config.ray, shapes=shapes, local_slots=config.concurrency)
+    return RayExecutor.connect(config.ray, shapes=shapes)
+
+
+def wait_for_executor(config: ExecutorConfig, stop: threading.Event, *,
+                      shapes: ShapeStore | None = None,
+                      max_wait_s: float | None = None) -> Executor:
+    """:func:`open_executor` for a daemon: the engine or the cluster may come up after us.
+    Retries with backoff (1 s doubling to 30 s) until ``stop`` or ``max_wait_s``; every
+    attempt has its own timeout."""
+    delay, waited = 1.0, 0.0
+    while True:
+        try:
+            return open_executor(config, shapes=shapes)
+        except InfraError as exc:
+            if stop.is_set() or (max_wait_s is not None and waited >= max_wait_s):
+                raise
+            log.warning("executor unavailable, retrying",
+                        extra={"executor": str(config.kind), "error": str(exc),
+                               "retry_in_s": delay})
+            stop.wait(delay)
+            waited += delay
+            delay = min(delay * 2, 30.0)
 
 
 def infra_results(env: Environment, kinds: Sequence[ProbeKind], reason: Reason,

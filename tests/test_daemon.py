@@ -1,0 +1,354 @@
+"""`envcheck daemon` end to end: the real console script on the real engine, its own store.
+
+Each daemon gets a catalogue of demo images probed every 2 s (terminal only, no jitter), a
+private data directory, port and container tag; the JSON log lines on its stderr are what an
+operator would read, and what the store must agree with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
+
+from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
+from envcheck.store import Store, open_store
+from envcheck.store.tables import ProbeResultRow
+from tests.conftest import SESSION_TAG, envcheck_cmd
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+HEALTHY = ("demo-healthy", "envcheck-demo/healthy:latest")
+TOOL_MISSING = ("demo-tool-missing", "envcheck-demo/tool-missing:latest")
+READONLY = ("demo-workdir-readonly", "envcheck-demo/workdir-readonly:latest")
+SLOW = ("demo-slow-shell", "envcheck-demo/slow-shell:latest")  # ~8 s per probe
+HTTP_TIMEOUT_S = 10.0
+
+
+def write_catalogue(path: Path, envs: list[tuple[str, str]], extra: str = "") -> None:
+    body = "\n".join(f"      - {{ id: {env_id}, image: '{image}' }}" for env_id, image in envs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"""version: 1
+suites:
+  daemon:
+    defaults:
+      workdir: /workspace
+      user: agent
+      shell: /bin/bash
+      tools: [git, python3, tmux]
+      timeouts: {{ start_s: 15, shell_s: 2, exec_s: 30 }}
+      schedules: {{ terminal: 2s, dependencies: null, tests: null, datasource: null,
+                   jitter_s: 0 }}
+    environments:
+{body}
+{extra}""", encoding="utf-8")
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 60.0,
+               proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the daemon exited ({proc.returncode}) before {what}")
+        try:
+            if check():
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Row:
+    id: int
+    run_id: str
+    env_id: str
+    kind: str
+    status: str
+    started_at: Any
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+    db_url: str
+    tag: str
+    stderr: Any = field(repr=False)
+
+    def events(self, event: str | None = None) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if event is None or doc.get("event") == event:
+                found.append(doc)
+        return found
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, timeout=HTTP_TIMEOUT_S)
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+        wait_until(what, check, timeout, self.proc)
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = self.get("/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def store(self) -> Store:
+        return open_store(self.db_url)
+
+    def rows(self) -> list[Row]:
+        table: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
+        with self.store() as store, store.engine.connect() as conn:
+            found = conn.execute(select(table.c.id, table.c.run_id, table.c.env_id,
+                                        table.c.kind, table.c.status, table.c.started_at))
+            return [Row(*r) for r in found]
+
+    def count(self, env_id: str) -> int:
+        return sum(1 for r in self.rows() if r.env_id == env_id)
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 90.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.stderr.close()
+
+
+class Daemons:
+    """Starts daemons; whatever a test leaves running is stopped, its containers removed."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[Daemon] = []
+        self.client = docker.from_env(timeout=30)
+
+    def start(self, catalogue: Path, *, window: float = 2.0, data: str = "data",
+              tag: str | None = None, concurrency: int = 2) -> Daemon:
+        tag = tag or f"{SESSION_TAG}-{uuid.uuid4().hex[:8]}"
+        port = free_port()
+        data_dir = self.tmp_path / data
+        env = {**os.environ, "ENVCHECK_DATA_DIR": str(data_dir),
+               "ENVCHECK_EXPORT_DIR": str(data_dir / "exports"),
+               "ENVCHECK_CONTAINER_TAG": tag, "ENVCHECK_LOG_LEVEL": "info"}
+        for name in ("ENVCHECK_DATABASE_URL", "ENVCHECK_API_TOKEN", "ENVCHECK_WEBHOOK",
+                     "ENVCHECK_WEBHOOKS_FILE"):
+            env.pop(name, None)
+        log = self.tmp_path / f"daemon-{len(self.started)}.log"
+        stderr = log.open("wb")
+        proc = subprocess.Popen(
+            [*envcheck_cmd(), "daemon", str(catalogue), "--port", str(port),
+             "--window", str(window), "--concurrency", str(concurrency)],
+            env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        daemon = Daemon(proc, f"http://127.0.0.1:{port}", log,
+                        f"sqlite:///{data_dir / 'envcheck.db'}", tag, stderr)
+        self.started.append(daemon)
+        daemon.wait("readiness", lambda: daemon.get("/readyz").status_code == 200)
+        return daemon
+
+    def containers(self, tag: str, env_id: str | None = None) -> list[str]:
+        labels = [f"{LABEL_TAG}={tag}"] + ([f"{LABEL_ENV}={env_id}"] if env_id else [])
+        return [c["Id"] for c in self.client.api.containers(all=True,
+                                                             filters={"label": labels})]
+
+    def close(self) -> None:
+        try:
+            for d in self.started:
+                if d.proc.poll() is None:
+                    d.proc.kill()
+                    d.proc.wait(timeout=30)
+                d.stderr.close()
+                for cid in self.containers(d.tag):
+                    self.client.api.remove_container(cid, force=True, v=True)
+        finally:
+            self.client.close()
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Daemons]:
+    d = Daemons(tmp_path)
+    yield d
+    d.close()
+
+
+def probe_results(d: Daemon) -> list[dict[str, Any]]:
+    return d.events("probe result")
+
+
+def problems(d: Daemon, *expected: str) -> list[dict[str, Any]]:
+    """Warnings and errors the daemon logged, but for the ``expected`` events."""
+    return [e for e in d.events() if e.get("level") in ("warning", "error", "critical")
+            and e.get("event") not in expected]
+
+
+def test_serves_health_metrics_and_reloads_on_sighup(daemons: Daemons, tmp_path: Path) -> None:
+    catalogue = tmp_path / "probes" / "fleet.yaml"
+    write_catalogue(catalogue, [HEALTHY, TOOL_MISSING])
+    d = daemons.start(catalogue)
+    assert d.get("/healthz").json() == {"status": "ok"}
+    assert d.get("/readyz").json() == {"ready": True, "checks": {"store": "ok", "engine": "ok"}}
+
+    def state(env_id: str) -> tuple[str, bool] | None:
+        with d.store() as store:
+            row = store.env_state(env_id)
+        return (row.state, row.quarantined) if row is not None else None
+
+    d.wait("results and a quarantine",
+           lambda: d.count(HEALTHY[0]) >= 2 and state(TOOL_MISSING[0]) == ("broken", True))
+    before = len(d.rows())
+    m = d.metrics()
+    after = len(d.rows())
+    counted = sum(v for (name, _), v in m.items() if name == "envcheck_probe_results_total")
+    assert before <= counted <= after, (before, counted, after)
+    assert m[("envcheck_scheduled_jobs", ())] == 2
+    quarantined = (("env", TOOL_MISSING[0]), ("source", "auto"), ("suite", "daemon"))
+    assert m[("envcheck_environment_quarantined", quarantined)] == 1
+    assert state(HEALTHY[0]) == ("healthy", False)
+
+    # SIGHUP, a good catalogue: the new environment is synced, scheduled and probed
+    write_catalogue(catalogue, [HEALTHY, TOOL_MISSING, READONLY])
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait("the reload", lambda: len(d.events("catalogue reloaded")) == 1)
+    d.wait("the added environment's results", lambda: d.count(READONLY[0]) >= 1, timeout=30)
+    with d.store() as store:
+        assert READONLY[0] in {e.id for e in store.environments()}
+    assert d.metrics()[("envcheck_scheduled_jobs", ())] == 3
+
+    # SIGHUP, a bad catalogue: refused with where and why; the old one keeps running
+    write_catalogue(catalogue, [HEALTHY, TOOL_MISSING, READONLY], extra="colour: red\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait("the refusal",
+           lambda: len(d.events("catalogue refused, the old one keeps running")) == 1)
+    [refused] = d.events("catalogue refused, the old one keeps running")
+    assert refused["level"] == "error"
+    assert any("fleet.yaml:" in issue and "colour" in issue for issue in refused["issues"]), \
+        refused
+    counts = {env_id: d.count(env_id) for env_id, _ in (HEALTHY, TOOL_MISSING, READONLY)}
+    d.wait("probing to go on", lambda: all(d.count(e) > n for e, n in counts.items()),
+           timeout=30)
+    assert len(d.events("catalogue reloaded")) == 1
+    assert d.metrics()[("envcheck_scheduled_jobs", ())] == 3
+    assert d.stop() == 0
+    assert problems(d, "catalogue refused, the old one keeps running") == []
+
+
+def test_sigterm_in_flight_finishes_and_records_every_result_once(daemons: Daemons,
+                                                                   tmp_path: Path) -> None:
+    catalogue = tmp_path / "fleet.yaml"
+    write_catalogue(catalogue, [HEALTHY, TOOL_MISSING, SLOW])
+    d = daemons.start(catalogue)
+    d.wait("probes in flight, results recorded",
+           lambda: bool(daemons.containers(d.tag, SLOW[0])) and len(d.rows()) >= 2)
+    grace_s = 120.0  # DaemonConfig.grace_s
+    started = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    code = d.proc.wait(timeout=grace_s)
+    took = time.monotonic() - started
+    d.stderr.close()
+    assert code == 0, d.log.read_text()
+    assert took < 30, f"exited after {took:.1f} s"
+    assert daemons.containers(d.tag) == [], "no container left behind"
+
+    events = d.events()
+    names = [e["event"] for e in events]
+    stopping = names.index("daemon stopping")
+    assert names[-1] == "daemon stopped"
+    slow_after = [i for i, e in enumerate(events) if e["event"] == "probe result"
+                  and e["env"] == SLOW[0] and i > stopping]
+    assert slow_after, "the slow probe in flight finished and was recorded after SIGTERM"
+
+    logged = probe_results(d)
+    ids = [e["result_id"] for e in logged]
+    assert len(ids) == len(set(ids)), "a result logged twice"
+    rows = {r.id: r for r in d.rows()}
+    assert sorted(rows) == sorted(ids), "every result in the store was logged, and only those"
+    for e in logged:
+        r = rows[e["result_id"]]
+        assert (r.run_id, r.env_id, r.kind, r.status) == (e["run"], e["env"], e["kind"],
+                                                         e["status"])
+    with d.store() as store:
+        runs = store.runs(limit=1000)
+    assert runs and {r.state for r in runs} == {"finished"}
+    assert {r.run_id for r in rows.values()} <= {r.id for r in runs}
+    assert problems(d) == []
+
+
+def test_sigkill_then_restart_reaps_marks_and_assesses(daemons: Daemons,
+                                                       tmp_path: Path) -> None:
+    catalogue = tmp_path / "fleet.yaml"
+    write_catalogue(catalogue, [HEALTHY, TOOL_MISSING, SLOW])
+    # windows never close here: whatever the first daemon records stays unassessed
+    first = daemons.start(catalogue, window=600)
+    first.wait("two failures and a probe in flight",
+               lambda: first.count(TOOL_MISSING[0]) >= 2
+               and bool(daemons.containers(first.tag, SLOW[0])))
+    first.proc.kill()
+    first.proc.wait(timeout=30)
+    first.stderr.close()
+    # (a container whose removal the engine had already begun may still go by itself)
+    leftovers = daemons.containers(first.tag, SLOW[0])
+    assert leftovers, "SIGKILL cannot clean up after itself"
+    recorded = {r.id: r for r in first.rows()}
+    with first.store() as store:
+        killed_runs = {r.id for r in store.runs(limit=1000) if r.pid == first.proc.pid}
+        assert killed_runs and {store.run(i).state for i in killed_runs} == {"running"}  # type: ignore[union-attr]
+        assert store.env_state(TOOL_MISSING[0]) is None, "nothing was assessed before the kill"
+
+    second = daemons.start(catalogue, window=600, tag=first.tag)
+    second.wait("the start-up assessment",
+                lambda: len(second.events("unassessed results assessed")) == 1)
+    [starting] = second.events("daemon starting")
+    assert set(starting["interrupted_runs"]) == killed_runs
+    # (any envcheck process starting on this host meanwhile, e.g. another test session, may
+    # reap them first: what counts is that none is left once the daemon is back)
+    assert not set(leftovers) & set(daemons.containers(first.tag)), "leftovers reaped"
+    with second.store() as store:
+        assert {store.run(i).state for i in killed_runs} == {"interrupted"}  # type: ignore[union-attr]
+        row = store.env_state(TOOL_MISSING[0])
+        assert row is not None and (row.state, row.quarantined) == ("broken", True), \
+            "results recorded before the kill count"
+    assert second.stop() == 0
+
+    rows = {r.id: r for r in second.rows()}
+    assert set(recorded) <= set(rows), "results recorded before the kill are kept"
+    assert len({(r.env_id, r.kind, r.started_at) for r in rows.values()}) == len(rows), \
+        "no result recorded twice"
+    first_logged = {e["result_id"] for e in probe_results(first)}
+    second_logged = [e["result_id"] for e in probe_results(second)]
+    assert first_logged <= set(recorded)
+    assert len(second_logged) == len(set(second_logged))
+    assert set(second_logged) == set(rows) - set(recorded)
+    with second.store() as store:
+        states = {r.id: r.state for r in store.runs(limit=1000)}
+    assert {states[i] for i in killed_runs} == {"interrupted"}
+    assert {s for i, s in states.items() if i not in killed_runs} <= {"finished"}
+    assert daemons.containers(first.tag) == []
+    assert problems(first) == [] and problems(second) == []

@@ -1,0 +1,236 @@
+"""The dashboard in a real headless Chromium: ``envcheck dashboard`` serves it on 127.0.0.1 over
+the seeded store, Playwright drives Debian's ``/usr/bin/chromium`` (no browser download), each
+page loads without an exception, shows its key elements and draws its charts, the page asks
+nothing of any host but 127.0.0.1, and a full-page screenshot of each lands in
+``tests/artifacts/`` (gitignored) for a person to look at.
+
+CI needs the Debian package ``chromium`` (and ``fonts-liberation``, which it pulls in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests import dashboard_seed as fleet
+from tests.conftest import ROOT, envcheck_cmd
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
+WIDTH = 1400
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("Chromium is not installed: the browser tests need Debian's package "
+                    "(apt-get install chromium); Playwright's own browsers are never downloaded")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a TCP socket listening on ``port`` (from /proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.add(address)
+    return found
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, fleet.Seeded]]:
+    """``envcheck dashboard`` serving a copy of the seeded store on a free port."""
+    folder = tmp_path_factory.mktemp("browser")
+    template = tmp_path_factory.getbasetemp() / "dashboard-template.db"
+    seeded = fleet.sqlite_template(template)
+    url = fleet.copy_sqlite(template, folder / "envcheck.db")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ENVCHECK_API", "STREAMLIT_"))}
+    log = (folder / "dashboard.log").open("w")
+    proc = subprocess.Popen([*envcheck_cmd(), "dashboard", "--port", str(port), "--database",
+                             url], stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{base}/_stcore/health", timeout=2).status_code == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail("envcheck dashboard did not start:\n"
+                            + (folder / "dashboard.log").read_text())
+            time.sleep(0.2)
+        assert listening_addresses(port) == {"0100007F"}, "must listen on 127.0.0.1 only"
+        yield base, seeded
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+        assert code == 0, (folder / "dashboard.log").read_text()
+
+
+@dataclass
+class Browser:
+    page: Any
+    base: str
+    external: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def load(self, path: str, name: str) -> str:
+        """Open ``path``, wait until the script is idle and every element drawn, save a
+        full-page screenshot as ``dashboard-<name>.png``; returns the page's text."""
+        self.page.set_viewport_size({"width": WIDTH, "height": 1000})
+        self.page.goto(self.base + path)
+        self.page.wait_for_selector(IDLE, timeout=60_000)
+        # Streamlit draws elements below the fold lazily: grow the window to the content
+        # until it stops growing.
+        height = 0
+        for _ in range(8):
+            grown = self.page.evaluate(
+                "() => document.querySelector('[data-testid=stMain]').scrollHeight")
+            if grown == height:
+                break
+            height = grown
+            self.page.set_viewport_size({"width": WIDTH, "height": min(height + 60, 12_000)})
+            self.page.wait_for_timeout(600)
+            self.page.wait_for_selector(IDLE, timeout=60_000)
+        for chart in self.page.query_selector_all("[data-testid=stVegaLiteChart]"):
+            chart.wait_for_selector("canvas, svg", timeout=20_000)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+        assert self.page.query_selector_all("[data-testid=stException]") == [], \
+            self.page.inner_text("[data-testid=stException]")
+        text: str = self.page.inner_text("[data-testid=stApp]")
+        return " ".join(text.split())  # whitespace as a person reads it
+
+    def charts(self) -> list[tuple[float, float]]:
+        """Sizes of the drawn charts (their canvas or svg)."""
+        sizes = []
+        for chart in self.page.query_selector_all("[data-testid=stVegaLiteChart]"):
+            box = chart.query_selector("canvas, svg").bounding_box()
+            sizes.append((box["width"], box["height"]))
+        return sizes
+
+
+@pytest.fixture(scope="module")
+def browser(dashboard: tuple[str, fleet.Seeded],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser tests drive Chromium with Playwright: pip install -e '.[dev]'")
+    executable = chromium_path()
+    profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh user data dir
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=executable, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": WIDTH, "height": 1000})
+        try:
+            driver = Browser(context.new_page(), dashboard[0])
+
+            def only_loopback(route: Any) -> None:
+                url = route.request.url
+                if url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")):
+                    route.continue_()
+                else:
+                    driver.external.append(url)
+                    route.abort()
+
+            context.route("**/*", only_loopback)
+            driver.page.on("console", lambda m: driver.errors.append(m.text)
+                           if m.type == "error" else None)
+            driver.page.on("response", lambda r: driver.errors.append(f"{r.status} {r.url}")
+                           if r.status >= 400 and "/_stcore/" not in r.url else None)
+            yield driver
+            assert driver.external == [], f"the page reached beyond 127.0.0.1: {driver.external}"
+            real = [e for e in driver.errors if "404 (Not Found)" not in e]
+            assert real == [], real
+        finally:
+            context.close()
+
+
+def test_fleet(browser: Browser) -> None:
+    text = browser.load("/", "fleet")
+    for expected in ("Fleet", "Environments 21", "Healthy fraction 57.1%", "Suites",
+                     "Environments by time", "Environments 1-21 of 21", "Filters"):
+        assert expected in text
+    [heatmap] = browser.charts()
+    assert heatmap[0] > 600 and heatmap[1] > 21 * 20  # a row per environment
+
+
+def test_fleet_filtered_from_the_url(browser: Browser) -> None:
+    text = browser.load("/?state=broken", "fleet-broken")
+    assert "Environments 1-2 of 2" in text
+    [heatmap] = browser.charts()
+    assert heatmap[1] < 320  # two rows (and the axes)
+
+
+def test_environment(browser: Browser) -> None:
+    text = browser.load("/environment?env=swe-flaky-tests", "environment")
+    for expected in ("swe-flaky-tests", "Why: tests: nondeterministic", "Quarantined (auto)",
+                     "Failure rate per probe kind", "Timeline", "Evidence", "Flaky tests",
+                     "Pass/fail pattern of result", "Image digest history", "Transitions"):
+        assert expected in text, expected
+    assert len(browser.charts()) == 3  # Wilson intervals, timeline, pass/fail pattern
+    assert all(w > 300 and h > 50 for w, h in browser.charts())
+
+
+def test_environment_evidence_link(browser: Browser, dashboard: tuple[str, fleet.Seeded]
+                                   ) -> None:
+    ids = dashboard[1].failing["term-tool-missing"][-2:]
+    text = browser.load(f"/environment?env=term-tool-missing&results={ids[0]},{ids[1]}",
+                        "environment-evidence")
+    assert f"Results #{ids[0]}, #{ids[1]} (from the link you followed)" in text
+    assert "git: not found" in text and "exit 1" in text
+
+
+def test_quarantine(browser: Browser) -> None:
+    text = browser.load("/quarantine", "quarantine")
+    for expected in ("Quarantine", "Read-only.", "Quarantined 7", "By hand 1",
+                     "Quarantine or release by hand", "Audit history",
+                     "Quarantined environments 1-7 of 7"):
+        assert expected in text, expected
+    assert browser.page.get_by_role("button", name="Apply").is_disabled()
+
+
+def test_data_sources(browser: Browser) -> None:
+    text = browser.load("/data-sources?source=weather-api", "data-sources")
+    for expected in ("Data sources", "weather-api", "Availability", "Latency",
+                     "Failures by class", "Schema drift", "Shapes seen"):
+        assert expected in text, expected
+    assert len(browser.charts()) == 3
