@@ -196,11 +196,15 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
 
     An incident is recorded first, so the assessment already ignores the cycle's results.
     """
-    from envcheck.exports import write_exports
+    from envcheck.exports import default_export_dir, write_exports
 
     incident = cycle_incident(results, before, guard or InfraGuard())
     if incident is not None:
         store.record_incident(run_id, *incident)
     transitions = evaluate(store, envs, policy)
-    write_exports(store, export_dir)
+    directory = export_dir or default_export_dir()
+    # exports change only with a transition (or a first run); rewriting 10,000-line files
+    # every window would cost a second for nothing
+    if transitions or not (directory / "quarantine.json").exists():
+        write_exports(store, directory)
     return CycleOutcome(incident, transitions)

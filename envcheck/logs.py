@@ -26,7 +26,7 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in _STANDARD and not key.startswith("_") and key != "color_message":
                 doc[key] = value
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
@@ -40,5 +40,5 @@ def configure(level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # chatty libraries stay at warnings unless asked for
-    for name in ("apscheduler", "urllib3", "docker", "uvicorn.access"):
+    for name in ("apscheduler", "urllib3", "docker", "uvicorn.access", "alembic"):
         logging.getLogger(name).setLevel(max(root.level, logging.WARNING))
