@@ -56,7 +56,7 @@ from envcheck.store.tables import CheckRun, EnvStateRow, ProbeResultRow  # noqa:
 
 APP = ROOT / "dashboards" / "app.py"
 TARGET_S = 2.0
-BENCH_VERSION = 1  # bump when the fleet's recipe changes: invalidates the caches
+BENCH_VERSION = 2  # bump when the fleet's recipe changes: invalidates the caches
 PG_ADMIN = os.environ.get("ENVCHECK_BENCH_PG",
                           "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=5")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -159,8 +159,8 @@ def outcome(profile: str, kind: str, left: int) -> tuple[str, str]:
     """(status, reason) of a result ``left`` cycles before the newest (1 = newest)."""
     if profile == "unchecked":
         return ("error", "checker_crashed")
-    if kind == "terminal" and profile == "broken" and left <= 12:
-        return ("fail", "tool_missing")
+    if profile == "broken" and left <= 12:
+        return ("fail", "tool_missing") if kind == "terminal" else ("pass", "ok")
     if profile == "flaky" and left in (3, 9, 15):
         reason = {"tests": "nondeterministic", "datasource": "http_5xx"}.get(kind, "shell_slow")
         return ("flaky" if kind in ("tests", "datasource") else "fail", reason)
@@ -204,6 +204,8 @@ def build(store: Store, n_envs: int, per_env: int) -> dict[str, float]:
         for c in range(per_env):
             kind = kinds[c % len(kinds)]
             status, reason = outcome(profile, kind, per_env - c)
+            # a broken environment is a new image that fails: evidence starts afresh with it
+            tag = "v2" if profile == "broken" and per_env - c <= 12 else "v1"
             details: dict[str, Any] = {}
             if kind == "tests":
                 details = _tests_details(status == "flaky", rng)
@@ -216,7 +218,7 @@ def build(store: Store, n_envs: int, per_env: int) -> dict[str, float]:
             batch.append({
                 "run_id": f"bench-{c:04d}", "env_id": env.id, "kind": kind, "status": status,
                 "reason": reason, "summary": f"{kind} {status}: {reason}", "duration_s": 0.4,
-                "image_digest": f"sha256:{env.id}-v1", "spec_hash": spec_hashes[kind],
+                "image_digest": f"sha256:{env.id}-{tag}", "spec_hash": spec_hashes[kind],
                 "started_at": T0 + timedelta(hours=c, seconds=i % 1200),
                 "evidence": fail_evidence if status == "fail" else pass_evidence,
                 "details": details})

@@ -132,7 +132,7 @@ def heatmap_chart(cells: Sequence[data.HeatCell], order: Sequence[str]) -> alt.C
     columns = list(dict.fromkeys(frame.sort_values("start")["bucket"]))
     chart: alt.Chart = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=1).encode(
         x=alt.X("bucket:O", sort=columns, title=None,
-                axis=alt.Axis(labelAngle=-60, labelOverlap="greedy")),
+                axis=alt.Axis(labelAngle=-60, labelOverlap="greedy", labelLimit=200)),
         y=alt.Y("environment:N", sort=list(order), title=None,
                 axis=alt.Axis(labelLimit=260, labelOverlap=False, labelFontSize=12)),
         color=alt.Color("status:N", scale=status_scale(), title="worst result",

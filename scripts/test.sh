@@ -75,7 +75,7 @@ ensure_postgres
 # --- lint, types, tests ------------------------------------------------------------------------
 failed=()
 log "ruff check"
-.venv/bin/ruff check envcheck tests scripts bench || failed+=(ruff)
+.venv/bin/ruff check envcheck tests scripts bench dashboards || failed+=(ruff)
 log "mypy"
 .venv/bin/mypy || failed+=(mypy)
 log "pytest $*"
