@@ -13,15 +13,23 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envcheck.catalogue import Catalogue, CatalogueFile, Environment, load_catalogue
+from envcheck.catalogue import Catalogue, CatalogueFile, Environment
+from envcheck.cli_common import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_OK,
+    EXIT_USAGE,
+    err,
+    load_or_exit,
+    out,
+)
 from envcheck.cli_dashboard import dashboard
 from envcheck.cli_feed import gate, quarantine_app
-from envcheck.errors import CatalogueError, EngineUnreachable, InfraError, StoreError
+from envcheck.errors import EngineUnreachable, InfraError, StoreError
 from envcheck.executors import ExecutorConfig, ExecutorKind, open_executor
 from envcheck.feed import Previous, previous_statuses
 from envcheck.kinds import available_kinds
@@ -33,25 +41,15 @@ from envcheck.services import build_services
 if TYPE_CHECKING:
     from envcheck.store import Store
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
-
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="envcheck: which sandbox environments can your RL runs trust?")
-err = Console(stderr=True)
-out = Console()
 
 STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "red", Status.FLAKY: "yellow",
                 Status.ERROR: "magenta", Status.SKIP: "dim"}
 
 
 def _load(paths: Sequence[Path]) -> Catalogue:
-    try:
-        return load_catalogue(paths)
-    except CatalogueError as exc:
-        for issue in exc.issues:
-            err.print(f"[red]error[/red] {escape(str(issue))}", highlight=False, soft_wrap=True)
-        err.print(f"{len(exc.issues)} problem(s) in the catalogue")
-        raise typer.Exit(EXIT_USAGE) from None
+    return load_or_exit(paths)
 
 
 @app.command()
