@@ -326,6 +326,14 @@ def daemon(
     port: Annotated[int, typer.Option(help="API, /metrics, /healthz, /readyz")] = 8787,
     concurrency: Annotated[int, typer.Option(min=1, max=256,
                                              help="sandboxes at once, in all")] = 2,
+    executor: Annotated[ExecutorKind, typer.Option(
+        envvar="ENVCHECK_EXECUTOR", help="where checks run: this host's engine, or Ray tasks "
+        "on nodes declaring the 'docker' resource (pip install envcheck[ray])")
+    ] = ExecutorKind.LOCAL,
+    ray_address: Annotated[str | None, typer.Option(
+        envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
+        "(default: RAY_ADDRESS, else the cluster started on this host)")
+    ] = None,
     per_image: Annotated[int | None, typer.Option(min=1, help="sandboxes at once per image")
                          ] = None,
     window: Annotated[float, typer.Option(min=1.0, help="seconds per assessed window")] = 60.0,
@@ -358,6 +366,8 @@ def daemon(
             err.print(f"[red]error[/red] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
     config = DaemonConfig(tuple(paths), host=host, port=port, concurrency=concurrency,
+                          executor=ExecutorConfig.parse(executor, concurrency=concurrency,
+                                                        ray_address=ray_address),
                           per_image=per_image, window_s=window, database=database,
                           webhooks=hooks, external_url=external_url)
     try:

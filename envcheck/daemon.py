@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -23,9 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from envcheck.api import DEFAULT_PORT
 from envcheck.catalogue import load_catalogue
-from envcheck.errors import CatalogueError, EngineUnreachable
+from envcheck.errors import CatalogueError, InfraError
+from envcheck.executors import Executor, ExecutorConfig, LocalExecutor, wait_for_executor
 from envcheck.notify_config import WebhookConfig
-from envcheck.sandbox.docker import DockerRuntime
 from envcheck.scheduler import ProbeScheduler
 from envcheck.services import build_services
 from envcheck.store import Store
@@ -45,28 +45,13 @@ class DaemonConfig:
     window_s: float = 60.0
     database: str | None = None
     grace_s: float = 120.0
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)  # local engine, or ray
     webhooks: tuple[WebhookConfig, ...] = ()  # URLs are secrets: never in a repr or a log
     external_url: str | None = None  # envcheck's address in alert links (http://host:port)
     notify_flush_s: float = 10.0  # at shutdown, then undelivered alerts wait for next start
 
 
-def connect_engine(stop: threading.Event, max_wait_s: float | None = None) -> DockerRuntime:
-    """Wait for the engine (it may start after us); every attempt has a timeout."""
-    delay, waited = 1.0, 0.0
-    while True:
-        try:
-            return DockerRuntime.from_env(timeout_s=30)
-        except EngineUnreachable as exc:
-            if stop.is_set() or (max_wait_s is not None and waited >= max_wait_s):
-                raise
-            log.warning("engine unreachable, retrying", extra={"error": str(exc),
-                                                                "retry_in_s": delay})
-            stop.wait(delay)
-            waited += delay
-            delay = min(delay * 2, 30.0)
-
-
-def build_app(store: Store, scheduler: ProbeScheduler, runtime: DockerRuntime,
+def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
               registry: CollectorRegistry, token: str | None) -> FastAPI:
     from envcheck.api import create_app
 
@@ -89,9 +74,9 @@ def build_app(store: Store, scheduler: ProbeScheduler, runtime: DockerRuntime,
         except Exception as exc:  # report, never raise from a probe of ourselves
             checks["store"] = f"error: {exc}"
         try:
-            runtime.ping()
+            executor.ping()
             checks["engine"] = "ok"
-        except EngineUnreachable as exc:
+        except InfraError as exc:
             checks["engine"] = f"error: {exc}"
         ready = all(v == "ok" for v in checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
@@ -108,15 +93,17 @@ def run_daemon(config: DaemonConfig) -> int:
     catalogue = load_catalogue(config.catalogue)
     store = open_store(config.database)
     stop = threading.Event()
-    runtime = connect_engine(stop)
+    executor = wait_for_executor(config.executor, stop, shapes=store)  # local: connects, reaps
     interrupted = store.interrupt_stale_runs()
-    reaped = runtime.reap()
+    reaped = executor.reaped if isinstance(executor, LocalExecutor) else 0  # ray: per node
     log.info("daemon starting", extra={"environments": len(catalogue.environments),
                                        "reaped": reaped, "interrupted_runs": interrupted,
                                        "port": config.port})
     notifier = Notifier(store, config.webhooks, external_url=config.external_url
                         or f"http://{config.host}:{config.port}") if config.webhooks else None
-    scheduler = ProbeScheduler(catalogue, runtime, store, concurrency=config.concurrency,
+    # Ray: one waiting thread per docker slot of the cluster; Ray places and bounds the work
+    concurrency = max(config.concurrency, executor.capacity())
+    scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
                                services=build_services,
                                on_cycle=notifier.on_cycle if notifier is not None else None)
@@ -131,7 +118,7 @@ def run_daemon(config: DaemonConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _note_signal)
     try:
-        serve(build_app(store, scheduler, runtime, registry, load_api_token()),
+        serve(build_app(store, scheduler, executor, registry, load_api_token()),
               host=config.host, port=config.port)
     finally:
         log.info("daemon stopping")
@@ -139,7 +126,7 @@ def run_daemon(config: DaemonConfig) -> int:
         scheduler.stop(config.grace_s)
         if notifier is not None:  # after the scheduler: its last window may alert too
             notifier.stop(config.notify_flush_s)
-        runtime.close()
+        executor.close()
         store.close()
         log.info("daemon stopped")
     return 0

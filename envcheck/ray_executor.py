@@ -61,9 +61,6 @@ Ref: TypeAlias = ray.ObjectRef["TaskOutcome"]
 _ray_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes
 
 
-# --- in the caller --------------------------------------------------------------------------
-
-
 @dataclass(slots=True)
 class _Job:
     task: CheckTask

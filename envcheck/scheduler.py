@@ -37,10 +37,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy import select as sa_select
 
 from envcheck.catalogue import Catalogue, Environment
+from envcheck.executors import Executor
 from envcheck.feed import CycleOutcome, Previous, applicable_kinds, assess_cycle, evaluate
 from envcheck.results import ProbeKind, ProbeResult
-from envcheck.runner import Services, check_environment
-from envcheck.sandbox.base import SandboxRuntime
+from envcheck.runner import Services
 from envcheck.store import Store
 from envcheck.store.tables import CheckRun, ProbeResultRow, RunState
 from envcheck.workqueue import Key, Work, WorkQueue
@@ -122,13 +122,13 @@ class _EnqueueExecutor(BaseExecutor):  # type: ignore[misc]
 
 
 class ProbeScheduler:
-    def __init__(self, catalogue: Catalogue, runtime: SandboxRuntime, store: Store, *,
+    def __init__(self, catalogue: Catalogue, executor: Executor, store: Store, *,
                  concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
                  services: Callable[[Catalogue, Store], Services] | None = None,
                  on_cycle: Callable[[CycleOutcome], None] | None = None) -> None:
         self._catalogue = catalogue
         self._envs = {env.id: env for env in catalogue.environments}
-        self._runtime = runtime
+        self._executor = executor  # where checks run: this engine, or Ray tasks on nodes
         self._store = store
         self._concurrency = max(concurrency, 1)
         self._per_image = max(per_image or self._concurrency, 1)
@@ -372,8 +372,8 @@ class ProbeScheduler:
         self.stats.lags.append(lag)
         with self._lock:
             window = self._current_window()
-        check_environment(env, [work.kind], self._runtime, self._run_of(window), self._record,
-                          self._services)
+        self._executor.check(env, [work.kind], self._run_of(window), self._record,
+                             self._services)
 
     def _current_window(self) -> Window:
         """The open window (call holding the lock); after the final close, a new one: work

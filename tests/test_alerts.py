@@ -188,7 +188,7 @@ def seeded_scrape(tmp_path: Path) -> Iterator[str]:
     now = datetime.now(UTC)
     with open_store(f"sqlite:///{tmp_path / 'lint.db'}") as store:
         seed(store, catalogue, now)
-        scheduler = ProbeScheduler(catalogue, runtime=None, store=store)  # type: ignore[arg-type]
+        scheduler = ProbeScheduler(catalogue, executor=None, store=store)  # type: ignore[arg-type]
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StoreCollector(store, scheduler, now=now.timestamp))
         yield generate_latest(registry).decode()

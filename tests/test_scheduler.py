@@ -21,8 +21,10 @@ from typing import Any
 import docker
 import pytest
 
+import envcheck.executors as executors_mod
 import envcheck.scheduler as scheduler_mod
 from envcheck.catalogue import Catalogue, Environment, load_catalogue
+from envcheck.executors import LocalExecutor
 from envcheck.feed import CycleOutcome, set_quarantine_by_id
 from envcheck.kinds import Verdict, load_probe
 from envcheck.results import ProbeKind, ProbeResult, Reason, Status
@@ -156,7 +158,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeChecks]:
     checks = FakeChecks()
-    monkeypatch.setattr(scheduler_mod, "check_environment", checks)
+    monkeypatch.setattr(executors_mod, "check_environment", checks)
     yield checks
     checks.release_all()
 
@@ -170,7 +172,7 @@ def make(store: Store, fake: FakeChecks) -> Iterator[Make]:
 
     def build(catalogue: Catalogue, **kwargs: Any) -> ProbeScheduler:
         kwargs.setdefault("window_s", 3600.0)
-        s = ProbeScheduler(catalogue, NoRuntime(), store, **kwargs)
+        s = ProbeScheduler(catalogue, LocalExecutor(NoRuntime()), store, **kwargs)
         made.append(s)
         return s
 
@@ -422,7 +424,7 @@ def test_a_window_closes_only_after_results_being_written(tmp_path: Path, store:
                                                           fake: FakeChecks) -> None:
     cat = write_catalogue(tmp_path / "c.yaml", {"w": "img"})
     slow = SlowStore(store, "w")
-    s = ProbeScheduler(cat, NoRuntime(), slow, window_s=3600)
+    s = ProbeScheduler(cat, LocalExecutor(NoRuntime()), slow, window_s=3600)
     s.start()
     try:
         s.enqueue_now("w", T)
@@ -608,8 +610,8 @@ def test_sandbox_bounds_on_the_engine(tmp_path: Path, store: Store, runtime: Doc
             for i in range(4)}
     cat = write_catalogue(tmp_path / "c.yaml", envs)
     counting = CountingRuntime(runtime)
-    s = ProbeScheduler(cat, counting, store, concurrency=concurrency, per_image=per_image,
-                       window_s=3600)
+    s = ProbeScheduler(cat, LocalExecutor(counting), store, concurrency=concurrency,
+                       per_image=per_image, window_s=3600)
     sampler = EngineSampler()
     s.start()
     try:

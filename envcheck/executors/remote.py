@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -133,12 +134,11 @@ def run_on_node(task: CheckTask) -> TaskOutcome:
 
 
 def _node_id() -> str:
-    try:
-        import ray
-
-        return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # outside a Ray worker (tests call run_on_node directly)
+    # Only inside a Ray worker: elsewhere asking for the runtime context would start Ray.
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
         return ""
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def _placed(result: ProbeResult, where: dict[str, str]) -> ProbeResult:
