@@ -22,8 +22,7 @@ database ``envcheck_bench_<key>``, both keyed by the parameters and the schema r
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
+import functools
 import json
 import os
 import platform
@@ -31,33 +30,29 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import fleetcache
 import psycopg
-from alembic.script import ScriptDirectory
 from fastapi import FastAPI, Response
-from sqlalchemy import func, insert, select
+from fleetcache import PG_ADMIN, stored_counts
+from sqlalchemy import insert
 
 from envcheck.api import create_app, serve_in_thread
 from envcheck.api_models import AllowlistOut
 from envcheck.catalogue import DependencySpec, Environment, Suite
 from envcheck.feed import allowlist, evaluate, set_quarantine_by_id
 from envcheck.store import Store, open_store
-from envcheck.store.database import alembic_config
-from envcheck.store.tables import CheckRun, EnvStateRow, ProbeResultRow
+from envcheck.store.tables import CheckRun, ProbeResultRow
 
 SUITE = "fleet"
 TARGET_P99_MS = 20.0
 BENCH_VERSION = 1  # bump when the fleet's recipe changes: invalidates the caches
-PG_ADMIN = os.environ.get("ENVCHECK_BENCH_PG",
-                          "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=5")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BATCH = 10_000
 
@@ -213,45 +208,18 @@ def build(store: Store, envs: int, per_env: int) -> dict[str, float]:
 
 
 def complete(store: Store, envs: int, per_env: int) -> bool:
-    results: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
-    states: Any = EnvStateRow.__table__  # type: ignore[attr-defined]
-    with store.engine.connect() as conn:
-        stored = conn.execute(select(func.count()).select_from(results)).scalar_one()
-        assessed = conn.execute(select(func.count()).select_from(states)).scalar_one()
+    stored, assessed = stored_counts(store)
     manual = sum(1 for r in store.quarantined_states() if r.q_source == "manual")
     return bool(stored == envs * per_env and assessed == envs and
                 manual == int(envs * MANUAL_SHARE))
 
 
 def cache_key(envs: int, per_env: int) -> str:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    text = f"{BENCH_VERSION}:{envs}:{per_env}:{head}"
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return fleetcache.cache_key(BENCH_VERSION, envs, per_env)
 
 
-@contextlib.contextmanager
-def sqlite_url(key: str, rebuild: bool) -> Iterator[str]:
-    folder = Path(tempfile.gettempdir()) / "envcheck-bench"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"allowlist-{key}.db"
-    if rebuild:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-    yield f"sqlite:///{path}"
-
-
-@contextlib.contextmanager
-def postgres_url(key: str, rebuild: bool) -> Iterator[str]:
-    name = f"envcheck_bench_{key}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        if rebuild:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() \
-                is None:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        params = conn.info.get_parameters()
-    yield f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:" \
-          f"{params.get('port', '5432')}/{name}"
+sqlite_url = functools.partial(fleetcache.sqlite_url, "allowlist")
+postgres_url = functools.partial(fleetcache.postgres_url, "")
 
 
 def reset(url: str) -> None:

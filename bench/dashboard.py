@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
+import functools
 import json
 import logging
 import os
@@ -36,29 +36,27 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from alembic.script import ScriptDirectory
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import fleetcache  # noqa: E402
+from fleetcache import PG_ADMIN, stored_counts  # noqa: E402
+
 from envcheck.catalogue import DependencySpec, Environment, Suite, TestSpec  # noqa: E402
 from envcheck.feed import evaluate, set_quarantine_by_id  # noqa: E402
 from envcheck.store import Store, open_store  # noqa: E402
-from envcheck.store.database import alembic_config  # noqa: E402
-from envcheck.store.tables import CheckRun, EnvStateRow, ProbeResultRow  # noqa: E402
+from envcheck.store.tables import CheckRun, ProbeResultRow  # noqa: E402
 
 APP = ROOT / "dashboards" / "app.py"
 TARGET_S = 2.0
 BENCH_VERSION = 2  # bump when the fleet's recipe changes: invalidates the caches
-PG_ADMIN = os.environ.get("ENVCHECK_BENCH_PG",
-                          "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=5")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BATCH = 5_000
 SUITES = ("swe-train", "swe-eval", "terminal-train", "terminal-eval")
@@ -251,43 +249,18 @@ def build(store: Store, n_envs: int, per_env: int) -> dict[str, float]:
 
 
 def complete(store: Store, n_envs: int, per_env: int) -> bool:
-    results: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
-    states: Any = EnvStateRow.__table__  # type: ignore[attr-defined]
-    with store.engine.connect() as conn:
-        stored = conn.execute(select(func.count()).select_from(results)).scalar_one()
-        assessed = conn.execute(select(func.count()).select_from(states)).scalar_one()
+    stored, assessed = stored_counts(store)
     manual = store.quarantine_page(source="manual").total
     return bool(stored == n_envs * per_env and assessed == n_envs and
                 manual == int(n_envs * MANUAL_SHARE))
 
 
 def cache_key(n_envs: int, per_env: int) -> str:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    text = f"{BENCH_VERSION}:{n_envs}:{per_env}:{head}"
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return fleetcache.cache_key(BENCH_VERSION, n_envs, per_env)
 
 
-@contextlib.contextmanager
-def sqlite_url(key: str, rebuild: bool) -> Iterator[str]:
-    folder = Path(tempfile.gettempdir()) / "envcheck-bench"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"dashboard-{key}.db"
-    if rebuild:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-    yield f"sqlite:///{path}"
-
-
-@contextlib.contextmanager
-def postgres_url(key: str, rebuild: bool) -> Iterator[str]:
-    name = f"envcheck_bench_dash_{key}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        if rebuild:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() \
-                is None:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+sqlite_url = functools.partial(fleetcache.sqlite_url, "dashboard")
+postgres_url = functools.partial(fleetcache.postgres_url, "dash_")
 
 
 def reset(url: str) -> None:

@@ -16,6 +16,8 @@ from envcheck.catalogue import Catalogue, load_catalogue
 from envcheck.errors import EngineUnreachable
 from envcheck.sandbox.docker import DockerRuntime
 
+pytest_plugins = ["tests.backends"]
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "probes" / "demo.yaml"
 # Every container this session starts (in-process or through the CLI) carries this tag, so

@@ -13,14 +13,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import requests
 
@@ -33,7 +31,6 @@ from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, St
 from envcheck.store import Store, open_store
 from tests.conftest import envcheck_cmd
 
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=5"
 TOKEN = "t0ken-for-tests-" + "x" * 16
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 T, D = ProbeKind.TERMINAL, ProbeKind.DEPENDENCIES
@@ -101,30 +98,6 @@ def seed(store: Store) -> dict[str, list[int]]:
     set_quarantine_by_id(store, "train-manual", add=True, actor="alice",
                          reason="reward hacking suspected", now=T0 + timedelta(hours=2))
     return failing
-
-
-@pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
-    name = f"envcheck_api_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield name
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'envcheck.db'}"
-    name: str = request.getfixturevalue("pg_database")
-    with psycopg.connect(PG_ADMIN.replace("dbname=test", f"dbname={name}"),
-                         autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
 
 
 @dataclass

@@ -26,7 +26,6 @@ from envcheck.store import Store, open_store
 from envcheck.store.deliveries import Delivery, DeliveryStatus, Subject
 from envcheck.store.tables import TransitionRow, WebhookRow
 from tests.http_server import MisbehavingServer, fail, hang, ok
-from tests.test_store import pg_database, store_url  # noqa: F401 (both backends)
 
 FAST = RetryPolicy(initial_backoff_s=0.02, max_backoff_s=0.2, jitter_s=0.02)
 EXTERNAL = "http://envcheck.example:8787"
@@ -362,7 +361,7 @@ def test_webhooks_file_reads_urls_from_env_and_files(
     assert TOKEN not in str(bad.value)
 
 
-def test_delivery_records_on_both_backends(store_url: str) -> None:  # noqa: F811
+def test_delivery_records_on_both_backends(store_url: str) -> None:
     with open_store(store_url) as db:
         db.sync_environments([Environment(id="env-a", image="demo/ok:1", suite="demo")])
         first = transit(db, "env-a", "healthy", "broken", q=True)

@@ -7,12 +7,10 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -26,34 +24,7 @@ from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, St
 from envcheck.store import CheckRun, RunState, Store, default_database_url, open_store
 from envcheck.store.database import alembic_config
 
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=5"
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A fresh database for this test session, dropped at the end."""
-    name = f"envcheck_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield name
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database of each backend."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'envcheck.db'}"
-    name: str = request.getfixturevalue("pg_database")
-    dsn = PG_ADMIN.replace("dbname=test", f"dbname={name}")
-    with psycopg.connect(dsn, autocommit=True) as conn:  # every test starts from empty
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
 
 
 @pytest.fixture
