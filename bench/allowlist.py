@@ -40,7 +40,7 @@ from typing import Any
 import fleetcache
 import psycopg
 from fastapi import FastAPI, Response
-from fleetcache import PG_ADMIN, stored_counts
+from fleetcache import stored_counts
 from sqlalchemy import insert
 
 from envcheck.api import create_app, serve_in_thread
@@ -222,18 +222,7 @@ sqlite_url = functools.partial(fleetcache.sqlite_url, "allowlist")
 postgres_url = functools.partial(fleetcache.postgres_url, "")
 
 
-def reset(url: str) -> None:
-    """Empty a half-built cache before building again."""
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(PG_ADMIN.replace("dbname=test", f"dbname={name}"),
-                         autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
+reset = fleetcache.reset
 
 
 # --- measuring ----------------------------------------------------------------------------------

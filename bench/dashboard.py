@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import fleetcache  # noqa: E402
-from fleetcache import PG_ADMIN, stored_counts  # noqa: E402
+from fleetcache import stored_counts  # noqa: E402
 
 from envcheck.catalogue import DependencySpec, Environment, Suite, TestSpec  # noqa: E402
 from envcheck.feed import evaluate, set_quarantine_by_id  # noqa: E402
@@ -263,18 +263,7 @@ sqlite_url = functools.partial(fleetcache.sqlite_url, "dashboard")
 postgres_url = functools.partial(fleetcache.postgres_url, "dash_")
 
 
-def reset(url: str) -> None:
-    """Empty a half-built cache before building again."""
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(PG_ADMIN.replace("dbname=test", f"dbname={name}"),
-                         autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
+reset = fleetcache.reset
 
 
 def ensure(url: str, n_envs: int, per_env: int, label: str) -> dict[str, Any]:

@@ -42,14 +42,18 @@ def stored_counts(store: Store) -> tuple[int, int]:
     return int(stored), int(assessed)
 
 
+def _remove_sqlite(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def sqlite_url(prefix: str, key: str, rebuild: bool) -> Iterator[str]:
     folder = Path(tempfile.gettempdir()) / "envcheck-bench"
     folder.mkdir(exist_ok=True)
     path = folder / f"{prefix}-{key}.db"
     if rebuild:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        _remove_sqlite(str(path))
     yield f"sqlite:///{path}"
 
 
@@ -65,3 +69,15 @@ def postgres_url(prefix: str, key: str, rebuild: bool) -> Iterator[str]:
         params = conn.info.get_parameters()
     yield f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:" \
           f"{params.get('port', '5432')}/{name}"
+
+
+def reset(url: str) -> None:
+    """Empty a half-built cache before building again."""
+    if url.startswith("sqlite:///"):
+        _remove_sqlite(url.removeprefix("sqlite:///"))
+        return
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN.replace("dbname=test", f"dbname={name}"),
+                         autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
