@@ -1,0 +1,1 @@
+"""Fault injection: envcheck with its world broken on purpose (disk, engine, input, kills)."""
