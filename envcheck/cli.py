@@ -13,6 +13,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -46,6 +47,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "red", Status.FLAKY: "yellow",
                 Status.ERROR: "magenta", Status.SKIP: "dim"}
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"envcheck {version('envcheck')}\n")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="print the version and exit")
+        ] = False) -> None:
+    """envcheck: which sandbox environments can your RL runs trust?"""
 
 
 def _load(paths: Sequence[Path]) -> Catalogue:
@@ -106,16 +122,39 @@ def exit_code(results: Sequence[ProbeResult]) -> int:
     return EXIT_OK
 
 
+SUMMARY_COLUMNS = ("environment", "probe", "status", "reason", "seconds", "summary")
+
+
 def _summary(results: Sequence[ProbeResult]) -> Table:
     table = Table(title="envcheck results", title_justify="left")
-    for col in ("environment", "probe", "status", "reason", "seconds"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("summary", overflow="fold", min_width=20)
+    for column in SUMMARY_COLUMNS[:-1]:
+        table.add_column(column, no_wrap=True)
+    table.add_column(SUMMARY_COLUMNS[-1], overflow="fold", min_width=20)
     for r in results:
         style = STATUS_STYLE[r.status]
         table.add_row(r.env_id, str(r.kind), f"[{style}]{r.status}[/{style}]", str(r.reason),
                       f"{r.duration_s:.2f}", r.summary)
     return table
+
+
+def plain_summary(results: Sequence[ProbeResult]) -> str:
+    """The summary for logs and pipes: one line per result, aligned, never wrapped or cut,
+    so launch scripts that ``| tee`` a check keep every reason readable."""
+    rows = [SUMMARY_COLUMNS] + [
+        (r.env_id, str(r.kind), str(r.status), str(r.reason), f"{r.duration_s:.2f}",
+         " ".join(r.summary.split()))  # one line, whatever the probe wrote
+        for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS) - 1)]
+    return "".join("  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)),
+                              row[-1]]).rstrip() + "\n" for row in rows)
+
+
+def _print_summary(console: Console, results: Sequence[ProbeResult]) -> None:
+    if console.is_terminal:
+        console.print(_summary(results))
+    else:
+        console.file.write(plain_summary(results))
+        console.file.flush()
 
 
 def _raise_on_term(signum: int, frame: FrameType | None) -> None:
@@ -171,10 +210,7 @@ def check(
             raise typer.Exit(130) from None
         store.finish_run(run_id)
         _assess(store, run_id, envs, results, before)
-    if as_json:
-        err.print(_summary(results))
-    else:
-        out.print(_summary(results))
+    _print_summary(err if as_json else out, results)
     raise typer.Exit(exit_code(results))
 
 

@@ -30,10 +30,30 @@ is_debian() { [[ -f /etc/debian_version ]] && command -v apt-get >/dev/null 2>&1
 pkg_installed() { dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'; }
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
-# Serialise concurrent runs (two shells running the test command at once).
+# Serialise concurrent runs (two shells running the test command at once). The lock lives on
+# fd 9 of this script only: every long-lived child (dockerd) is started with 9>&- so it cannot
+# inherit the lock and hold it for its whole life.
+LOCK_FILE="${ENVCHECK_SETUP_LOCK:-${TMPDIR:-/tmp}/envcheck-setup.lock}"
+LOCK_WAIT_S="${ENVCHECK_SETUP_LOCK_WAIT_S:-900}"
+lock_holders() {  # "pid (name)" of every process with the lock file open, ours excepted
+  local fd pid target
+  for fd in /proc/[0-9]*/fd/*; do
+    target="$(readlink "$fd" 2>/dev/null)" || continue
+    [[ $target == "$LOCK_FILE" ]] || continue
+    pid="${fd#/proc/}"; pid="${pid%%/*}"
+    [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+    printf '%s (%s) ' "$pid" "$(cat "/proc/$pid/comm" 2>/dev/null || echo '?')"
+  done
+}
 if command -v flock >/dev/null 2>&1; then
-  exec 9>"${TMPDIR:-/tmp}/envcheck-setup.lock"
-  flock 9
+  exec 9>"$LOCK_FILE"
+  if ! flock -n 9; then
+    log "waiting up to ${LOCK_WAIT_S} s for another envcheck setup to finish" \
+        "(lock $LOCK_FILE, held by: $(lock_holders))"
+    flock -w "$LOCK_WAIT_S" 9 || die "another envcheck setup still holds $LOCK_FILE after" \
+      "${LOCK_WAIT_S} s (held by: $(lock_holders)); if that process is not a setup, stop it" \
+      "or remove the lock file (ENVCHECK_SETUP_LOCK_WAIT_S sets the wait)"
+  fi
 fi
 
 # --- 1. system packages ------------------------------------------------------------------------
@@ -69,12 +89,19 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   python3 -m venv "$VENV"
   rm -f "$STAMP"
 fi
-want_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$EXTRAS"
-if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want_stamp" ]]; then
-  log "pip install -e .[$EXTRAS]"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
-  printf '%s\n' "$want_stamp" >"$STAMP"
-  summary_venv="venv: installed .[$EXTRAS]"
+# The stamp holds the pyproject hash and the extras installed; a run that asks for a subset of
+# them (run.sh after test.sh) installs nothing, one that asks for more installs the union.
+project_hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+read -r have_hash have_extras <"$STAMP" 2>/dev/null || { have_hash=""; have_extras=""; }
+[[ $have_hash == "$project_hash" ]] || have_extras=""
+missing_extras="$(comm -13 <(tr ',' '\n' <<<"$have_extras" | sort -u) \
+                          <(tr ',' '\n' <<<"$EXTRAS" | sort -u) | paste -sd, -)"
+if [[ $have_hash != "$project_hash" || -n $missing_extras ]]; then
+  union="$(tr ',' '\n' <<<"$have_extras,$EXTRAS" | grep -v '^$' | sort -u | paste -sd, -)"
+  log "pip install -e .[$union]"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$union]"
+  printf '%s %s\n' "$project_hash" "$union" >"$STAMP"
+  summary_venv="venv: installed .[$union]"
 fi
 
 # --- 3. Docker engine --------------------------------------------------------------------------
@@ -88,7 +115,7 @@ if ! engine_up; then
   log "starting dockerd (log: $DOCKERD_LOG)"
   # setsid + nohup: the engine outlives this script and the job that ran it.
   setsid nohup dockerd --bridge=none --iptables=false --ip-forward=false \
-    >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
   dockerd_pid=$!
   deadline=$((SECONDS + 60))
   until engine_up; do

@@ -1,0 +1,206 @@
+"""The README's two commands as a new user meets them: a fresh clone, one command after the
+other in fresh shells, and every command the scripts print pasted as printed.
+
+The outer test command (``scripts/test.sh``) has already run the set-up; these tests then run
+the main job from a fresh clone, so together they are "test.sh, then run.sh".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import ROOT
+from tests.polling import wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+DEFAULT_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "envcheck-setup.lock"
+
+
+def lock_holders(lock: Path) -> list[str]:
+    """``pid (command)`` of every process that has ``lock`` open."""
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            targets = [os.readlink(fd) for fd in fd_dir.iterdir()]
+            comm = (fd_dir.parent / "comm").read_text().strip()
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        if str(lock) in targets:
+            found.append(f"{fd_dir.parent.name} ({comm})")
+    return found
+
+
+def new_shell_env(**extra: str) -> dict[str, str]:
+    """A new login's environment: none of this session's envcheck variables or venv."""
+    keep = ("PATH", "HOME", "LANG", "TMPDIR", "ENVCHECK_CONTAINER_TAG")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env["PATH"] = ":".join(p for p in env.get("PATH", "/usr/bin:/bin").split(":")
+                           if ".venv" not in p)
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_setup_leaves_nothing_holding_its_lock() -> None:
+    """The set-up of this very test run (and the dockerd it may have started) let go of the
+    lock: a second set-up would otherwise wait forever."""
+    proc = subprocess.run([str(ROOT / "scripts" / "setup.sh")], env=new_shell_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert lock_holders(DEFAULT_LOCK) == []
+
+
+def test_a_held_lock_is_waited_for_with_a_word_then_given_up(tmp_path: Path) -> None:
+    lock = tmp_path / "setup.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            [str(ROOT / "scripts" / "setup.sh")],
+            env=new_shell_env(ENVCHECK_SETUP_LOCK=str(lock), ENVCHECK_SETUP_LOCK_WAIT_S="2"),
+            capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "waiting up to 2 s for another envcheck setup" in proc.stdout
+    assert f"{os.getpid()} (" in proc.stdout  # names who holds it
+    [error] = proc.stderr.strip().splitlines()
+    assert "still holds" in error and "ENVCHECK_SETUP_LOCK_WAIT_S" in error
+
+
+@pytest.fixture
+def fresh_clone(tmp_path: Path) -> Path:
+    clone = tmp_path / "envcheck"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)],
+                   check=True, timeout=120)
+    return clone
+
+
+@pytest.fixture
+def main_job(fresh_clone: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """``scripts/run.sh`` in the fresh clone, until it has printed where to look."""
+    env = new_shell_env(ENVCHECK_PORT=str(free_port()),
+                        ENVCHECK_DASHBOARD_PORT=str(free_port()))
+    proc = subprocess.Popen([str(fresh_clone / "scripts" / "run.sh")], cwd=fresh_clone,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # run.sh prints its message once everything answers
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Ctrl-C to stop."):
+                break
+        assert lines and lines[-1].startswith("Ctrl-C"), "\n".join(lines)
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
+            try:
+                proc.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def paste(line: str, cwd: Path) -> str:
+    """Do with one printed line what a user does with it; returns what was checked."""
+    value = re.split(r"\s{2,}", line.strip(), maxsplit=1)[1]
+    urls = re.findall(r"http://[^\s)]+", value)
+    if urls:
+        for url in urls:
+            got = requests.get(url, timeout=30)
+            assert got.status_code == 200, f"{url}: {got.status_code} {got.text[:200]}"
+        return "urls " + " ".join(urls)
+    if "envcheck " in value:
+        proc = subprocess.run(["bash", "-c", value], cwd=cwd, env=new_shell_env(),
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode in (0, 1), f"{value}: {proc.returncode} {proc.stderr}"
+        assert "unknown suite" not in proc.stderr and "Traceback" not in proc.stderr
+        return "command " + value
+    path = Path(shlex.split(value)[0])
+    assert path.exists(), f"printed path {path} does not exist"
+    return f"path {path}"
+
+
+def test_main_job_from_a_fresh_clone_prints_only_what_works(
+        fresh_clone: Path, main_job: tuple[subprocess.Popen[str], list[str]],
+        tmp_path: Path) -> None:
+    proc, lines = main_job
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    start = next(i for i, line in enumerate(lines) if line.startswith("envcheck is running"))
+    printed = [line for line in lines[start + 1:-1] if not line.strip().startswith("(")]
+    checked = [paste(line, elsewhere) for line in printed]
+    assert sum(c.startswith("command") for c in checked) >= 1, checked
+    assert sum(c.startswith("urls") for c in checked) >= 3, checked
+
+    # The gate knows the suite now, and once the daemon has probed it, allows environments.
+    [gate] = [c.removeprefix("command ") for c in checked if c.startswith("command")]
+    def gate_allows() -> bool:
+        done = subprocess.run(["bash", "-c", gate], cwd=elsewhere, env=new_shell_env(),
+                              capture_output=True, text=True, timeout=60, check=False)
+        return done.returncode == 0 and bool(done.stdout.strip())
+    wait_for(gate_allows, timeout_s=240, what="the pasted gate to allow an environment")
+
+    # The other README command's set-up, in a fresh shell while the main job runs: it neither
+    # waits on a lock nor reinstalls the venv (same extras, or a subset of them).
+    for extras in (None, "dev"):
+        extra = {"ENVCHECK_EXTRAS": extras} if extras else {}
+        again = subprocess.run([str(fresh_clone / "scripts" / "setup.sh")], cwd=elsewhere,
+                               env=new_shell_env(**extra), capture_output=True, text=True,
+                               timeout=300, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "venv: up to date" in again.stdout and "waiting" not in again.stdout
+    assert proc.poll() is None, "the main job stopped"
+
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=180) in (0, 130, -signal.SIGINT)
+    log = (fresh_clone / ".envcheck" / "daemon.log").read_text()
+    assert "daemon stopped" in log
+
+
+def test_check_output_is_readable_in_a_log(cli_env: dict[str, str]) -> None:
+    """Piped (a launch script's log): one aligned line per result, the reason and summary
+    whole, however narrow the terminal the script ran from."""
+    env = {k: v for k, v in cli_env.items() if k != "COLUMNS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "envcheck.cli", "check", str(ROOT / "probes" / "demo.yaml"),
+         "--env", "demo-tool-missing", "--probe", "terminal"],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    assert header.split() == ["environment", "probe", "status", "reason", "seconds", "summary"]
+    [row] = rows
+    assert row.split()[:4] == ["demo-tool-missing", "terminal", "fail", "tool_missing"]
+    summary = row.split(None, 5)[5]
+    assert len(row) > 80 and len(summary) > 20  # nothing cut at 80 columns
+    from envcheck.store import open_store
+
+    with open_store() as store:
+        [stored] = store.latest_results(["demo-tool-missing"])
+    assert summary == " ".join(stored.summary.split())
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    proc = subprocess.run([sys.executable, "-m", "envcheck.cli", "--version"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout == f"envcheck {version('envcheck')}\n"

@@ -1,0 +1,37 @@
+"""Waiting in tests: poll a condition until it holds or a bounded deadline passes.
+
+The deadline only guards against a hang; no test asserts how fast something happened.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+import requests
+
+__all__ = ["wait_for"]
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], *, timeout_s: float, what: str, interval_s: float = 0.2,
+             proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None) -> T:
+    """The first truthy value of ``check()``. A request that fails counts as "not yet"; a
+    ``proc`` that exits first fails the test at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process exited ({proc.returncode}) before {what}")
+        try:
+            value = check()
+        except requests.RequestException:
+            value = None  # type: ignore[assignment]
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
