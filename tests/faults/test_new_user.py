@@ -22,7 +22,6 @@ import pytest
 import requests
 
 from tests.conftest import ROOT
-from tests.polling import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
