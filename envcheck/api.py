@@ -25,6 +25,8 @@ results change it without a transition.
 **Auth.** Reads are open. Mutations need ``Authorization: Bearer <token>``, compared in
 constant time; the token comes from ``ENVCHECK_API_TOKEN`` or ``ENVCHECK_API_TOKEN_FILE``
 (:func:`load_api_token`) and is never logged. Without one the API is read-only (403).
+The token is checked before the body is read: without it, any body gets 401 (or 403), never a
+422 that would tell an anonymous caller how the body is judged.
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import uvicorn
-from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
@@ -149,6 +152,31 @@ _MUTATION: dict[int | str, dict[str, Any]] = {
 
 # Module level: FastAPI resolves the (string) annotations of dependencies in module globals.
 _BEARER = HTTPBearer(auto_error=False, description=f"the server's {TOKEN_ENV}")
+
+
+Authorize = Callable[[HTTPAuthorizationCredentials | None], None]
+
+
+def _authenticated_first(authorize: Authorize) -> type[APIRoute]:
+    """A route class whose requests are authorized before anything else of theirs is read.
+
+    FastAPI reads and parses the body before it solves a route's dependencies, so a
+    ``Depends(authorize)`` would answer a malformed body with 422 to anyone. Routes of this
+    class run ``authorize`` on the request's headers before their handler reads anything.
+    """
+
+    class AuthenticatedFirst(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Any]:
+            handler = super().get_route_handler()
+
+            async def authorized(request: Request) -> Response:
+                authorize(await _BEARER(request))
+                response: Response = await handler(request)
+                return response
+
+            return authorized
+
+    return AuthenticatedFirst
 
 
 def _version() -> str:
@@ -307,18 +335,22 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
                 transition=TransitionOut.of(row) if row is not None else None,
                 exports_written=written)
 
-    @app.post("/v1/quarantine/{env_id}", response_model=QuarantineChangeOut,
-              responses=_MUTATION, dependencies=[Depends(authorize)],
-              summary="Quarantine an environment by hand (only a person releases it)")
+    # Every mutation goes through this router: authorized before its body is read. The
+    # bearer dependency only puts the security scheme in the spec; the route class checks it.
+    mutating = APIRouter(route_class=_authenticated_first(authorize), responses=_MUTATION,
+                         dependencies=[Depends(_BEARER)])
+
+    @mutating.post("/v1/quarantine/{env_id}", response_model=QuarantineChangeOut,
+                   summary="Quarantine an environment by hand (only a person releases it)")
     def post_quarantine(env_id: str, body: QuarantineChange) -> QuarantineChangeOut:
         return change(env_id, body, add=True)
 
-    @app.delete("/v1/quarantine/{env_id}", response_model=QuarantineChangeOut,
-                responses=_MUTATION, dependencies=[Depends(authorize)],
-                summary="Release an environment from quarantine by hand")
+    @mutating.delete("/v1/quarantine/{env_id}", response_model=QuarantineChangeOut,
+                     summary="Release an environment from quarantine by hand")
     def delete_quarantine(env_id: str, body: QuarantineChange) -> QuarantineChangeOut:
         return change(env_id, body, add=False)
 
+    app.include_router(mutating)
     return app
 
 

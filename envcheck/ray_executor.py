@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeAlias
 
 import ray
@@ -66,6 +67,15 @@ class _Job:
     task: CheckTask
     resources: dict[str, float]
     unschedulable_since: float | None = None
+    # When it was submitted (wall clock, monotonic): a task that dies or is never placed
+    # is recorded as an attempt from then, not as one that started when its failure came.
+    submitted_at: datetime | None = None
+    submitted: float = 0.0
+
+    def waited_s(self) -> float:
+        if self.submitted_at is None:
+            return 0.0
+        return max(SYSTEM_CLOCK.monotonic() - self.submitted, 0.0)
 
 
 def _reason(exc: BaseException) -> Reason:
@@ -163,6 +173,8 @@ class RayExecutor:
                     if not _feasible(job.resources, nodes):
                         emit(self._unplaceable(job))
                         continue
+                    job.submitted_at = SYSTEM_CLOCK.now()
+                    job.submitted = SYSTEM_CLOCK.monotonic()
                     pending[self._submit(job)] = job
             self._collect(pending, emit)
         except BaseException:
@@ -273,7 +285,8 @@ class RayExecutor:
                         extra={"env": task.env.id, "error": str(exc)[:500]})
             return infra_results(task.env, task.kinds, reason,
                                  f"the Ray task failed ({type(exc).__name__}): "
-                                 f"{str(exc).splitlines()[0][:300] if str(exc) else ''}")
+                                 f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                                 started_at=job.submitted_at, duration_s=job.waited_s())
         self._write_shapes(outcome.observations)
         return list(outcome.results)
 
@@ -304,7 +317,8 @@ class RayExecutor:
     def _unplaceable(self, job: _Job) -> list[ProbeResult]:
         wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(job.resources.items()))
         return infra_results(job.task.env, job.task.kinds, Reason.NODE_UNAVAILABLE,
-                             f"no live Ray node offers {wanted}")
+                             f"no live Ray node offers {wanted}",
+                             started_at=job.submitted_at, duration_s=job.waited_s())
 
     def _abandon(self, pending: Mapping[Ref, _Job]) -> None:
         """Interrupted: queued tasks are dropped, running ones interrupted (their sandboxes

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+from envcheck.clock import SYSTEM_CLOCK
 
 __all__ = [
     "DEGRADED_REASONS",
@@ -206,7 +208,10 @@ class ProbeResult:
     duration_s: float
     image_digest: str | None = None
     spec_hash: str = ""
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # When the probe started. Probes pass the time they took before checking (see
+    # Probe.run); the default, the time the value is made, suits only results without a
+    # duration (fixtures, checks that never ran).
+    started_at: datetime = field(default_factory=SYSTEM_CLOCK.now)
     evidence: tuple[CommandEvidence, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
 

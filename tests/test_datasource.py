@@ -268,7 +268,10 @@ def test_retry_after_past_the_budget_is_not_waited_for(
     assert outcome(report) == (Status.FAIL, Reason.RATE_LIMITED)
     assert report.details["retry_budget_exhausted"] is True
     assert clock.sleeps == []
-    assert api.hits("/v1") == 2
+    # The budget is spent after the first sample: the second is not sent, and it says so.
+    assert api.hits("/v1") == 1
+    assert report.details["samples_not_sent"] == 1
+    assert "retry budget" in report.details["not_sent_because"]
 
 
 # --- content ----------------------------------------------------------------------------

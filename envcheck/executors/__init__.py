@@ -27,6 +27,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -236,7 +237,10 @@ def wait_for_executor(config: ExecutorConfig, stop: threading.Event, *,
 
 
 def infra_results(env: Environment, kinds: Sequence[ProbeKind], reason: Reason,
-                  summary: str) -> list[ProbeResult]:
-    """``error`` results for checks that produced nothing (never an environment's fault)."""
+                  summary: str, *, started_at: datetime | None = None,
+                  duration_s: float = 0.0) -> list[ProbeResult]:
+    """``error`` results for checks that produced nothing (never an environment's fault);
+    attempted from ``started_at`` for ``duration_s`` (default: not attempted, now)."""
     verdict = Verdict(Status.ERROR, reason, summary)
-    return [load_probe(kind).result(env, verdict, 0.0, None) for kind in kinds]
+    return [load_probe(kind).result(env, verdict, duration_s, None, started_at=started_at)
+            for kind in kinds]

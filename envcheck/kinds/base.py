@@ -7,14 +7,15 @@ only says what it checks. envcheck's own failures become ``Status.ERROR``, never
 from __future__ import annotations
 
 import logging
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from envcheck.catalogue import Environment
+from envcheck.clock import SYSTEM_CLOCK, Clock
 from envcheck.errors import InfraError, SandboxStartFailed
 from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
@@ -39,12 +40,15 @@ class ProbeContext:
 
     Read-only probes share one container (``sandbox()``); probes that change state ask for
     ``fresh_sandbox()`` per phase. Every container is removed when the cycle's stack closes.
+    ``clock`` times the probes: their wall-clock start and their monotonic duration.
     """
 
     def __init__(self, env: Environment, run_id: str, runtime: SandboxRuntime,
                  image_digest: str | None, stack: ExitStack,
-                 services: Mapping[type[Any], object] | None = None) -> None:
+                 services: Mapping[type[Any], object] | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.env = env
+        self.clock = clock
         self.run_id = run_id
         self.runtime = runtime
         self.image_digest = image_digest
@@ -87,7 +91,9 @@ class Probe(ABC):
     def check(self, ctx: ProbeContext) -> Verdict: ...
 
     def run(self, ctx: ProbeContext) -> ProbeResult:
-        started = time.monotonic()
+        # The start is taken before the check and carried into the result: a result is made
+        # when the probe ends, so any clock read there would be its end, not its start.
+        started_at, started = ctx.clock.now(), ctx.clock.monotonic()
         try:
             if not self.applies(ctx.env):
                 verdict = Verdict(Status.SKIP, Reason.NOT_APPLICABLE,
@@ -107,7 +113,8 @@ class Probe(ABC):
                               f"envcheck failed: {type(exc).__name__}: {exc}")
         if self.uses_engine and verdict.status in (Status.FAIL, Status.FLAKY):
             verdict = self._confirm_engine(ctx, verdict)
-        return self.result(ctx.env, verdict, time.monotonic() - started, ctx.image_digest)
+        return self.result(ctx.env, verdict, ctx.clock.monotonic() - started, ctx.image_digest,
+                           started_at=started_at)
 
     @staticmethod
     def _confirm_engine(ctx: ProbeContext, verdict: Verdict) -> Verdict:
@@ -120,7 +127,11 @@ class Probe(ABC):
         return verdict
 
     def result(self, env: Environment, verdict: Verdict, duration_s: float,
-               image_digest: str | None) -> ProbeResult:
+               image_digest: str | None, *, started_at: datetime | None = None) -> ProbeResult:
+        """The result of a probe that started at ``started_at`` and took ``duration_s``.
+        Without ``started_at`` the probe is taken to end now (it started ``duration_s`` ago)."""
+        if started_at is None:
+            started_at = SYSTEM_CLOCK.now() - timedelta(seconds=duration_s)
         return ProbeResult(
             env_id=env.id,
             kind=self.kind,
@@ -130,6 +141,7 @@ class Probe(ABC):
             duration_s=duration_s,
             image_digest=image_digest,
             spec_hash=env.spec_hash(self.kind),
+            started_at=started_at,
             evidence=verdict.evidence,
             details=verdict.details,
         )

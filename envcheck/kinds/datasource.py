@@ -136,7 +136,7 @@ class DataSourceChecker:
                 via="host" if via is None else f"sandbox (network {via[1]})",
                 duration_s=self._clock.monotonic() - started,
                 accepted=sampler.accepted_fingerprint, auto_accepted=sampler.auto_accepted,
-                budget_exhausted=sampler.budget.exhausted)
+                budget_exhausted=sampler.budget.exhausted, stopped=sampler.stopped)
             report = _redacted(report, redactor)
         log.debug("data source %s: %s %s", source.id, report.status, report.summary)
         return report

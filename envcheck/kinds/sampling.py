@@ -9,6 +9,10 @@ Retries (tenacity): transient failures (timeouts, resets, refused, 5xx, 429) are
 exponential backoff and jitter, honouring Retry-After, while the source's retry budget lasts;
 the budget counts the waits and the retried requests of the whole probe, so a source that
 fails slowly cannot stretch a cycle. Permanent failures (4xx, bad JSON, schema) are not.
+
+Once the budget is spent, or a sample still times out after its retries, the samples left
+are not sent (:attr:`SourceSampler.stopped` says why): a source that hangs costs about one
+timeout plus the retry budget, not a timeout per sample.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from envcheck.http import Attempt, HttpRequest
 from envcheck.kinds.fingerprint import changes, fingerprint, shape_of
 from envcheck.results import Reason
 
-__all__ = ["TRANSIENT", "Sample", "ShapeRecord", "ShapeStore", "SourceSampler", "Transport",
-           "validator"]
+__all__ = ["TIMEOUTS", "TRANSIENT", "Sample", "ShapeRecord", "ShapeStore", "SourceSampler",
+           "Transport", "validator"]
 
 Transport = Callable[[HttpRequest], Attempt]
 TRANSIENT = frozenset({Reason.TIMEOUT_CONNECT, Reason.TIMEOUT_READ, Reason.CONNECTION_REFUSED,
                        Reason.CONNECTION_RESET, Reason.HTTP_5XX, Reason.RATE_LIMITED})
+TIMEOUTS = frozenset({Reason.TIMEOUT_CONNECT, Reason.TIMEOUT_READ})
 _PERMANENT_5XX = {501, 505}  # not implemented, version not supported: asking again won't help
 BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
@@ -65,6 +70,7 @@ class Sample:
     fingerprint: str | None = None
     shape: Any = None
     drift: list[str] = field(default_factory=list)
+    at: datetime | None = None  # when its final answer (or failure) came
 
     @property
     def final(self) -> Attempt:
@@ -78,6 +84,10 @@ class _Budget:
 
     def spend(self, seconds: float) -> None:
         self.left -= seconds
+
+    @property
+    def spent(self) -> bool:
+        return self.exhausted or self.left <= 0
 
 
 def validator(source: DataSource) -> Any:
@@ -118,13 +128,33 @@ class SourceSampler:
         self._json = source.format == "json" and source.method != "HEAD"
         self._accepted: ShapeRecord | None = None
         self._auto_accepted: str | None = None  # the fingerprint accepted as first seen
+        self.stopped: str | None = None  # why samples were left unsent, if they were
 
     def run(self, request: HttpRequest) -> list[Sample]:
+        """The samples sent: ``source.samples`` of them, fewer if sampling stopped early."""
         if self._json:
             self._accepted = self._shapes.accepted_shape(self.source.id)
-        samples = [self._judge(self._attempts(request)) for _ in range(self.source.samples)]
+        samples: list[Sample] = []
+        while len(samples) < self.source.samples:
+            sample = self._judge(self._attempts(request))
+            sample.at = self._clock.now()
+            samples.append(sample)
+            why = self._stop_sampling(sample, len(samples))
+            if why is not None and len(samples) < self.source.samples:
+                self.stopped = why
+                break
         self._record_shapes(samples)
         return samples
+
+    def _stop_sampling(self, sample: Sample, number: int) -> str | None:
+        """Why the samples left must not be sent, if they must not: the next would wait out
+        the same timeout, or retry nothing with the budget gone."""
+        if sample.failure in TIMEOUTS:
+            return (f"sample {number} ended in {sample.failure} after "
+                    f"{len(sample.attempts) - 1} retries")
+        if self.budget.spent:
+            return f"the retry budget ({self.source.retry_budget_s:g} s) is spent"
+        return None
 
     # --- retries ------------------------------------------------------------------------
 
@@ -232,14 +262,15 @@ class SourceSampler:
         return None
 
     def _record_shapes(self, samples: list[Sample]) -> None:
-        seen: dict[str, tuple[Any, int]] = {}
+        # Each shape at the time of its first sample in this probe, not the probe's end.
+        seen: dict[str, tuple[Any, int, datetime]] = {}
         for sample in samples:
             if sample.fingerprint is not None:
-                shape, count = seen.get(sample.fingerprint, (sample.shape, 0))
-                seen[sample.fingerprint] = (shape, count + 1)
-        now = self._clock.now()
-        for fp, (shape, count) in seen.items():
-            self._shapes.observe_shape(self.source.id, fp, shape, now, count=count,
+                at = sample.at or self._clock.now()
+                shape, count, first = seen.get(sample.fingerprint, (sample.shape, 0, at))
+                seen[sample.fingerprint] = (shape, count + 1, first)
+        for fp, (shape, count, at) in seen.items():
+            self._shapes.observe_shape(self.source.id, fp, shape, at, count=count,
                                        auto_accept=fp == self._auto_accepted)
 
     @property

@@ -6,6 +6,9 @@ percentiles, failures by class, retries.
 - some samples bad: the reason is the most frequent failure class (ties: by ``PRIORITY``),
   except that any structural drift names the result; ``flaky`` when other samples were
   good (both outcomes seen), ``fail`` when none was, or on drift (a change, not noise).
+
+Samples the sampler did not send (it stops on a spent retry budget or a timeout that outlived
+its retries) count nowhere but in ``samples_not_sent``, with why, and in the summary.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from envcheck.catalogue import DataSource
 from envcheck.http import Attempt
-from envcheck.kinds.sampling import Sample, status_failure
+from envcheck.kinds.sampling import TIMEOUTS, Sample, status_failure
 from envcheck.results import DEGRADED_REASONS, CommandEvidence, Reason, Status
 
 __all__ = ["PRIORITY", "SourceReport", "error_report", "percentile", "summarise"]
@@ -28,7 +31,6 @@ PRIORITY = [
     Reason.SCHEMA_VIOLATION, Reason.SCHEMA_DRIFT, Reason.STALE_DATA, Reason.SLOW_RESPONSE,
 ]
 EVIDENCE_BYTES = 2048
-_TIMEOUTS = {Reason.TIMEOUT_CONNECT, Reason.TIMEOUT_READ}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +64,9 @@ def _choose(failures: Counter[Reason]) -> Reason:
 
 def summarise(source: DataSource, samples: list[Sample], *, via: str, shown_url: str,
               duration_s: float, accepted: str | None, auto_accepted: bool,
-              budget_exhausted: bool) -> SourceReport:
-    """The report of one probe of ``source`` (not yet redacted: the caller does it)."""
+              budget_exhausted: bool, stopped: str | None = None) -> SourceReport:
+    """The report of one probe of ``source`` (not yet redacted: the caller does it).
+    ``samples`` are those sent; ``stopped`` says why the rest were not, if any were not."""
     good = [s for s in samples if s.failure is None]
     failures = Counter(s.failure for s in samples if s.failure is not None)
     retried = Counter(failure[0] for s in samples for a in s.attempts[:-1]
@@ -90,6 +93,9 @@ def summarise(source: DataSource, samples: list[Sample], *, via: str, shown_url:
         if retries:
             kinds = ", ".join(f"{k} x{c}" for k, c in sorted(retried.items()))
             summary += f", after {retries} retries ({kinds})"
+    not_sent = max(source.samples - n, 0)
+    if not_sent:
+        summary += f"; {not_sent} of {source.samples} samples not sent: {stopped}"
     drift = next((s.drift for s in samples if s.drift), [])
     details: dict[str, Any] = {
         "status": str(status), "reason": str(reason), "url": shown_url,
@@ -98,6 +104,7 @@ def summarise(source: DataSource, samples: list[Sample], *, via: str, shown_url:
         "latency_budget_ms": budget, "failures": {str(k): v for k, v in failures.items()},
         "retries": retries, "retried": {str(k): v for k, v in retried.items()},
         "retry_budget_exhausted": budget_exhausted, "duration_s": round(duration_s, 4),
+        "samples_not_sent": not_sent, "not_sent_because": stopped if not_sent else None,
         "problems": [f"sample {i + 1}: {s.failure}: {s.detail}"
                      for i, s in enumerate(samples) if s.failure is not None][:5],
     }
@@ -122,7 +129,7 @@ def _evidence(command: str, attempt: Attempt, duration_s: float) -> CommandEvide
         output_head=body[:EVIDENCE_BYTES].decode("utf-8", "replace") or attempt.detail,
         output_bytes=len(body),
         truncated=len(body) > EVIDENCE_BYTES or attempt.truncated,
-        timed_out=attempt.failure in _TIMEOUTS,
+        timed_out=attempt.failure in TIMEOUTS,
     )
 
 
