@@ -529,11 +529,18 @@ def test_reload_swaps_jobs(tmp_path: Path, store: Store, fake: FakeChecks,
 
 
 class CountingRuntime:
-    """The real runtime, counting the sandboxes open at once (in all, and per image)."""
+    """The real runtime, counting the sandboxes open at once (in all, and per image).
 
-    def __init__(self, inner: DockerRuntime) -> None:
+    With ``hold_first``, the first that many sandboxes stay open until all of them are open
+    together (an explicit rendezvous, not a race against the clock): a scheduler that uses
+    its bound gets there on any machine, one that does not breaks the barrier.
+    """
+
+    def __init__(self, inner: DockerRuntime, hold_first: int = 0) -> None:
         self._inner = inner
         self._lock = threading.Lock()
+        self._held = threading.Barrier(hold_first) if hold_first else None
+        self.rendezvous_failed = False
         self.now: Counter[str] = Counter()
         self.max_total = 0
         self.max_per_image: Counter[str] = Counter()
@@ -560,6 +567,13 @@ class CountingRuntime:
                     self.max_total = max(self.max_total, sum(self.now.values()))
                     self.max_per_image[spec.image] = max(self.max_per_image[spec.image],
                                                          self.now[spec.image])
+                    hold = self._held is not None and self.opened <= self._held.parties
+                if hold:
+                    assert self._held is not None
+                    try:
+                        self._held.wait(timeout=60)
+                    except threading.BrokenBarrierError:
+                        self.rendezvous_failed = True
                 try:
                     yield box
                 finally:
@@ -609,7 +623,8 @@ def test_sandbox_bounds_on_the_engine(tmp_path: Path, store: Store, runtime: Doc
     envs = {f"{image}-{i}": f"envcheck-demo/{image}:latest" for image in images
             for i in range(4)}
     cat = write_catalogue(tmp_path / "c.yaml", envs)
-    counting = CountingRuntime(runtime)
+    bound = min(concurrency, len(images) * (per_image or concurrency))
+    counting = CountingRuntime(runtime, hold_first=bound)
     s = ProbeScheduler(cat, LocalExecutor(counting), store, concurrency=concurrency,
                        per_image=per_image, window_s=3600)
     sampler = EngineSampler()
@@ -621,8 +636,8 @@ def test_sandbox_bounds_on_the_engine(tmp_path: Path, store: Store, runtime: Doc
     finally:
         s.stop(60)
         sampler.close()
-    bound = min(concurrency, len(images) * (per_image or concurrency))
     assert counting.opened == len(envs)
+    assert not counting.rendezvous_failed, "the bound is used: that many sandboxes at once"
     assert counting.max_total == bound, "the bound holds and is used"
     assert sampler.samples > 10
     assert 1 <= sampler.max_total <= bound
