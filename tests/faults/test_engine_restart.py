@@ -141,11 +141,15 @@ def _assert_outage(result: ProbeResult) -> None:
 
 
 @pytest.fixture
-def executor(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalExecutor]:
+def executor(engine: Engine, real: docker.DockerClient,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalExecutor]:
     monkeypatch.setenv("DOCKER_HOST", engine.url)
     ex = LocalExecutor.from_env(concurrency=1, timeout_s=10)
     yield ex
     ex.close()
+    # a failed test must not leak: whatever this test's probes left, on the real engine
+    for cid in _ids(real, f"{LABEL_TAG}={SESSION_TAG}", f"{LABEL_ENV}={ENV_ID}"):
+        real.api.remove_container(cid, force=True, v=True)
 
 
 @pytest.mark.parametrize("answer", ["ping", "next_check"])
