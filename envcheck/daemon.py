@@ -4,6 +4,8 @@ Builds the real engine client, store, scheduler and HTTP server once, here, and 
 signals: SIGHUP reloads the catalogue (a bad one is refused, the old keeps running); SIGTERM
 and SIGINT stop scheduling, let in-flight probes finish and remove their containers, and
 assess what they produced. A restart after SIGKILL reaps leftovers and marks the run.
+Containers an engine outage left behind are removed once the engine answers again (checked
+every few seconds), and at shutdown.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from envcheck.store import Store
 __all__ = ["DaemonConfig", "build_app", "run_daemon"]
 
 log = logging.getLogger("envcheck.daemon")
+
+TIDY_INTERVAL_S = 5.0  # how often a local executor looks for an outage's leftovers
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,9 @@ def run_daemon(config: DaemonConfig) -> int:
     if notifier is not None:
         notifier.start()
     scheduler.start()
+    if isinstance(executor, LocalExecutor):
+        threading.Thread(target=_tidy_loop, args=(executor, stop), name="envcheck-tidy",
+                         daemon=True).start()
     # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal it caught to
     # the handler installed before it: this one, so the shutdown below runs instead of the
     # default action killing the process mid-cleanup.
@@ -130,6 +137,15 @@ def run_daemon(config: DaemonConfig) -> int:
         store.close()
         log.info("daemon stopped")
     return 0
+
+
+def _tidy_loop(executor: LocalExecutor, stop: threading.Event) -> None:
+    """Between probes, remove what an engine outage left behind once the engine is back."""
+    while not stop.wait(TIDY_INTERVAL_S):
+        try:
+            executor.tidy()
+        except Exception:  # never let the check die; the next round tries again
+            log.exception("looking for leftover containers failed")
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:

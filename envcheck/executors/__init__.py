@@ -195,7 +195,14 @@ class LocalExecutor:
     def ping(self) -> None:
         self.runtime.ping()
 
+    def tidy(self) -> int:
+        """Remove the containers an engine outage left behind, if the engine answers again
+        (cheap: no engine call unless a removal failed); how many."""
+        tidy = getattr(self.runtime, "tidy", None)
+        return int(tidy()) if tidy is not None else 0
+
     def close(self) -> None:
+        """Close the runtime, which removes every container it started."""
         close = getattr(self.runtime, "close", None)
         if close is not None:
             close()

@@ -5,6 +5,12 @@ docker and requests errors are translated into envcheck's tree here and nowhere 
 A command that outlives its timeout (or floods past the hard output limit) takes its
 container down with it: killing the container is the one kill that reaches every descendant
 of the command, whatever the image holds. The next command starts the container again.
+
+A container the engine could not remove (it stopped answering mid-cycle), or may have created
+without our hearing of it, is a leftover of this runtime: every container carries the
+runtime's label and a per-sandbox key, so once the engine answers again (a ping, the next
+sandbox, :meth:`DockerRuntime.tidy`) the runtime removes its own containers no probe uses,
+and :meth:`DockerRuntime.close` removes every container it started.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import socket
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -23,9 +30,17 @@ from typing import Any
 import docker
 import docker.errors
 import requests
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from envcheck.errors import (
     EngineUnreachable,
+    EnvcheckError,
     ImageMissing,
     SandboxFailed,
     SandboxStartFailed,
@@ -42,6 +57,10 @@ LABEL_ENV = "org.envcheck.env"
 LABEL_OWNER = "org.envcheck.owner"
 # An operator's tag on every container (ENVCHECK_CONTAINER_TAG), e.g. a deployment name.
 LABEL_TAG = "org.envcheck.tag"
+# One runtime (engine client) of a process, and one sandbox of it: the sandbox key is chosen
+# before the create call, so even a container whose create response was lost is known.
+LABEL_RUNTIME = "org.envcheck.runtime"
+LABEL_SANDBOX = "org.envcheck.sandbox"
 # Keeps the container alive for its cycle; docker-init reaps zombies and forwards signals.
 KEEPALIVE = ["sleep", "infinity"]
 API_VERSION = os.environ.get("ENVCHECK_DOCKER_API_VERSION", "1.41")
@@ -89,6 +108,11 @@ def _preflight(host: str, timeout_s: float) -> None:
         probe.close()
 
 
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, (docker.errors.DockerException, requests.RequestException,
+                            EngineUnreachable)) and not isinstance(exc, docker.errors.NotFound)
+
+
 def _raw_socket(sock: Any) -> Any:
     return getattr(sock, "_sock", sock)
 
@@ -123,16 +147,25 @@ def _close(sock: Any) -> None:
 
 
 class DockerRuntime:
-    def __init__(self, client: docker.DockerClient, *, flood_limit: int = FLOOD_LIMIT) -> None:
+    def __init__(self, client: docker.DockerClient, *, flood_limit: int = FLOOD_LIMIT,
+                 host: str = "") -> None:
         self._client = client
+        self._host = host  # where the engine listens, to try before the SDK does
         self._flood_limit = flood_limit
         self._owner = _process_token(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}"
         self._tag = os.environ.get("ENVCHECK_CONTAINER_TAG", "")
+        self._id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._live: set[str] = set()  # sandbox keys of the containers probes use now
+        self._pending = False  # a container of ours may be left on the engine
+        self._tidying = threading.Lock()
+        self._closed = False
 
     @classmethod
     def from_env(cls, timeout_s: float = 30.0) -> DockerRuntime:
         """Connect as the docker CLI would (DOCKER_HOST, contexts); fail fast if down."""
-        _preflight(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), timeout_s)
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        _preflight(host, timeout_s)
         with _engine_errors():
             # A pinned API version: the SDK's auto-detection leaks a socket when the
             # engine is down. 1.41 (Docker 20.10) is served by every current engine.
@@ -143,14 +176,79 @@ class DockerRuntime:
         except EngineUnreachable:
             client.close()
             raise
-        return cls(client)
+        return cls(client, host=host)
 
     def close(self) -> None:
-        self._client.close()
+        """The runtime's end: remove every container it started (bounded by the client's
+        timeout), then close the client. Nothing may use the runtime afterwards, so this
+        includes a container a probe still held past a shutdown's grace period."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sweep(keep_live=False)
+        except EnvcheckError as exc:
+            log.error("could not remove this runtime's containers; the next start reaps "
+                      "them: %s", exc)
+        finally:
+            self._client.close()
 
     def ping(self) -> None:
+        self._preflight()
         with _engine_errors():
             self._client.ping()
+        self.tidy()
+
+    def _preflight(self) -> None:
+        """Raise ``EngineUnreachable`` if the engine's socket refuses us, before the SDK
+        tries (and leaks its socket): for the calls made while the engine may be down."""
+        if self._host:
+            _preflight(self._host, float(self._client.api.timeout))
+
+    def tidy(self) -> int:
+        """If a container of ours may be left behind (the engine stopped answering while
+        removing or creating it), remove our containers no probe uses now; how many.
+
+        Costs nothing when nothing is pending. An engine still down leaves the work pending
+        for the next call: a ping, the next sandbox, or a periodic check of the daemon.
+        """
+        with self._lock:
+            if not self._pending:
+                return 0
+        if not self._tidying.acquire(blocking=False):
+            return 0  # another thread is at it
+        try:
+            with self._lock:
+                self._pending = False
+            try:
+                return self._sweep(keep_live=True)
+            except EnvcheckError as exc:
+                with self._lock:
+                    self._pending = True
+                log.debug("leftover containers stay until the engine answers: %s", exc)
+                return 0
+        finally:
+            self._tidying.release()
+
+    def _sweep(self, *, keep_live: bool) -> int:
+        """Remove this runtime's containers (but those probes use now, if ``keep_live``)."""
+        self._preflight()
+        with _engine_errors():
+            found = self._client.api.containers(
+                all=True, filters={"label": f"{LABEL_RUNTIME}={self._id}"})
+        # Read the live set after listing: a key leaves it only once its sandbox has tried
+        # to remove its container, so a listed container whose key is gone is a leftover.
+        with self._lock:
+            live = set(self._live)
+        leftovers = [info["Id"] for info in found
+                     if not (keep_live and info.get("Labels", {}).get(LABEL_SANDBOX) in live)]
+        removed = sum(self._remove(cid) for cid in leftovers)
+        if removed:
+            log.info("reaped %d leftover container(s) of this runtime", removed,
+                     extra={"reaped": removed})
+        if removed < len(leftovers):
+            raise EngineUnreachable(f"{len(leftovers) - removed} container(s) not removed")
+        return removed
 
     def image_digest(self, image: str) -> str:
         with _engine_errors(image):
@@ -158,10 +256,14 @@ class DockerRuntime:
 
     @contextmanager
     def sandbox(self, spec: SandboxSpec) -> Iterator[DockerSandbox]:
+        key = uuid.uuid4().hex
+        with self._lock:
+            self._live.add(key)
         container = None
         try:
             with _engine_errors(spec.image):
-                container = self._client.containers.create(**self._create_args(spec))
+                container = self._client.containers.create(**self._create_args(spec, key))
+            self.tidy()  # the engine answers: the leftovers of an outage can go now
             started = time.monotonic()
             with _engine_errors(spec.image):
                 container.start()
@@ -176,10 +278,13 @@ class DockerRuntime:
                 exc.duration_s = 0.0
             raise
         finally:
-            if container is not None:
-                self._remove(container.id)
+            removed = container is not None and self._remove(container.id)
+            with self._lock:
+                self._live.discard(key)
+                # a failed create may still have made a container we never heard of
+                self._pending |= not removed
 
-    def _create_args(self, spec: SandboxSpec) -> dict[str, Any]:
+    def _create_args(self, spec: SandboxSpec, key: str = "") -> dict[str, Any]:
         limits = spec.limits
         return {
             "image": spec.image,
@@ -202,22 +307,36 @@ class DockerRuntime:
                 LABEL_RUN: spec.run_id,
                 LABEL_ENV: spec.env_id,
                 LABEL_OWNER: self._owner,
+                LABEL_RUNTIME: self._id,
+                **({LABEL_SANDBOX: key} if key else {}),
                 **({LABEL_TAG: self._tag} if self._tag else {}),
             },
         }
 
-    def _remove(self, container_id: str) -> None:
-        for attempt in range(3):
-            try:
-                self._client.api.remove_container(container_id, force=True, v=True)
-                return
-            except docker.errors.NotFound:
-                return
-            except (docker.errors.DockerException, requests.RequestException) as exc:
-                log.warning("removing container %s failed (try %d): %s", container_id[:12],
-                            attempt + 1, exc)
-                time.sleep(0.5 * (attempt + 1))
-        log.error("container %s left behind; the next start reaps it", container_id[:12])
+    def _remove(self, container_id: str) -> bool:
+        """Remove a container (gone already counts); False if the engine would not."""
+
+        def log_retry(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.warning("removing container %s failed (try %d): %s", container_id[:12],
+                        state.attempt_number, exc)
+
+        try:
+            for attempt in Retrying(retry=retry_if_exception(_transient),
+                                    stop=stop_after_attempt(3),
+                                    wait=wait_exponential(multiplier=0.5, max=2.0),
+                                    before_sleep=log_retry, reraise=True):
+                with attempt, suppress(docker.errors.NotFound):
+                    self._preflight()
+                    self._client.api.remove_container(container_id, force=True, v=True)
+        except (docker.errors.DockerException, requests.RequestException,
+                EngineUnreachable) as exc:
+            with self._lock:
+                self._pending = True
+            log.error("container %s left behind; removed once the engine answers again: %s",
+                      container_id[:12], exc)
+            return False
+        return True
 
     def reap(self) -> int:
         """Remove envcheck containers whose owning process is gone (crashed or killed)."""

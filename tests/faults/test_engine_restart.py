@@ -1,0 +1,206 @@
+"""The engine stops mid-cycle and starts again: the containers in flight do not outlive it.
+
+The real engine sits behind a socket proxy that the test cuts while a probe is inside a test
+run that never returns (the tests-hang demo image), then restores: the probe's removal of its
+container fails while the engine is gone, so the container is left on the engine. envcheck
+must remove it once the engine answers again, in the same process and without a restart, and
+at a clean shutdown even when the engine came back only just before it. The engine is read
+through its real socket, by the labels envcheck puts on every container.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+import pytest
+
+from envcheck.catalogue import Environment, load_catalogue
+from envcheck.executors import LocalExecutor
+from envcheck.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.sandbox.docker import API_VERSION, LABEL_ENV, LABEL_RUN, LABEL_TAG
+from tests.conftest import DEMO, SESSION_TAG
+from tests.engine_proxy import ENGINE, EngineProxy
+from tests.test_daemon import Daemons
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ENV_ID = "fault-engine-hang"
+DEADLINE_S = 30.0
+
+CATALOGUE = f"""version: 1
+suites:
+  engine-restart:
+    defaults:
+      workdir: /workspace
+      user: agent
+      shell: /bin/bash
+      tools: [git, python3]
+      timeouts: {{ start_s: 15, shell_s: 2, exec_s: 30, probe_s: 5m }}
+      # once, within seconds of a daemon's start; never again during a test
+      schedules: {{ terminal: null, dependencies: null, tests: 1h, datasource: null,
+                   jitter_s: 0 }}
+      tests:
+        command: JUNIT={{junit}} /opt/task/run_tests.sh {{tests}}
+        junit_path: /tmp/envcheck-junit.xml
+        fail_to_pass: [tests/test_stats.py::test_median_even_length]
+        # never returns: the probe is in flight until the test run's timeout
+        pass_to_pass: [tests/test_wait.py::test_waits_for_a_server]
+        oracle: {{ path: /opt/task/oracle.sh }}
+        timeout_s: 2m
+    environments:
+      - {{ id: {ENV_ID}, image: 'envcheck-demo/tests-hang:latest' }}
+"""
+
+
+class Engine:
+    """The real engine behind a proxy that can be cut (the engine stops) and restored (it
+    starts again, at the same address)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.proxy = EngineProxy(path)
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    def cut(self) -> None:
+        self.proxy.cut()
+
+    def restore(self) -> None:
+        self.proxy.close()  # removes the dead socket file, as a restarted engine does
+        self.proxy = EngineProxy(self.path)
+
+    def close(self) -> None:
+        self.proxy.close()
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    e = Engine(tmp_path / "engine.sock")
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def real() -> Iterator[docker.DockerClient]:
+    """The real engine, never through the proxy."""
+    client = docker.DockerClient(base_url=f"unix://{ENGINE}", timeout=30, version=API_VERSION)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def hang_env(tmp_path: Path) -> Environment:
+    path = tmp_path / "catalogue" / "engine-restart.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(CATALOGUE, encoding="utf-8")
+    [env] = load_catalogue([path]).environments
+    return env
+
+
+def _ids(client: docker.DockerClient, *labels: str) -> set[str]:
+    return {c["Id"] for c in client.api.containers(all=True, filters={"label": list(labels)})}
+
+
+def _wait(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _outage_mid_probe(engine: Engine, real: docker.DockerClient, executor: LocalExecutor,
+                      env: Environment) -> set[str]:
+    """Cut the engine while a probe of ``env`` is in flight; the probe's containers, which
+    its own removal could not reach, left on the (real) engine."""
+    run_id = f"engine-restart-{uuid.uuid4().hex[:8]}"
+    mine = (f"{LABEL_TAG}={SESSION_TAG}", f"{LABEL_RUN}={run_id}")
+    with ThreadPoolExecutor(1) as pool:
+        probe = pool.submit(executor.check, env, [ProbeKind.TESTS], run_id)
+        _wait("the probe's container", lambda: bool(_ids(real, *mine)))
+        in_flight = _ids(real, *mine)
+        engine.cut()
+        [result] = probe.result(timeout=60)
+    _assert_outage(result)
+    left = _ids(real, *mine)
+    assert left and left <= in_flight, "the outage left the in-flight container behind"
+    return left
+
+
+def _assert_outage(result: ProbeResult) -> None:
+    assert (result.status, result.reason) == (Status.ERROR, Reason.ENGINE_UNREACHABLE), \
+        "an engine outage is envcheck's failure, never the environment's"
+
+
+@pytest.fixture
+def executor(engine: Engine, real: docker.DockerClient,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalExecutor]:
+    monkeypatch.setenv("DOCKER_HOST", engine.url)
+    ex = LocalExecutor.from_env(concurrency=1, timeout_s=10)
+    yield ex
+    ex.close()
+    # a failed test must not leak: whatever this test's probes left, on the real engine
+    for cid in _ids(real, f"{LABEL_TAG}={SESSION_TAG}", f"{LABEL_ENV}={ENV_ID}"):
+        real.api.remove_container(cid, force=True, v=True)
+
+
+@pytest.mark.parametrize("answer", ["ping", "next_check"])
+def test_inflight_containers_reaped_once_engine_answers(
+    engine: Engine, real: docker.DockerClient, executor: LocalExecutor, hang_env: Environment,
+    answer: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="envcheck.sandbox.docker")
+    left = _outage_mid_probe(engine, real, executor, hang_env)
+    engine.restore()
+    if answer == "ping":  # a readiness check (/readyz) reaches the engine
+        executor.ping()
+    else:  # the next check starts a sandbox
+        [healthy] = [e for e in load_catalogue([DEMO]).environments if e.id == "demo-healthy"]
+        [result] = executor.check(healthy, [ProbeKind.TERMINAL], uuid.uuid4().hex)
+        assert result.status is Status.PASS, result
+    # the same process, no restart: the leftovers are gone from the real engine
+    _wait("the leftovers to be reaped", lambda: not (left & _ids(real, LABEL_TAG)))
+    assert any("reaped 1 leftover container" in r.getMessage() for r in caplog.records)
+
+
+def test_executor_close_reaps_containers_after_engine_came_back(
+    engine: Engine, real: docker.DockerClient, executor: LocalExecutor, hang_env: Environment,
+) -> None:
+    left = _outage_mid_probe(engine, real, executor, hang_env)
+    engine.restore()  # back only just now: nothing has reached the engine since
+    executor.close()
+    assert not (left & _ids(real, LABEL_TAG)), "close removed the outage's leftovers"
+
+
+def test_daemon_sigterm_leaves_no_container_after_engine_came_back(
+    engine: Engine, real: docker.DockerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    catalogue = tmp_path / "daemon" / "engine-restart.yaml"
+    catalogue.parent.mkdir(parents=True)
+    catalogue.write_text(CATALOGUE, encoding="utf-8")
+    daemons = Daemons(tmp_path)  # its own client reads the real engine
+    try:
+        monkeypatch.setenv("DOCKER_HOST", engine.url)
+        d = daemons.start(catalogue, window=60.0)
+        ours = (f"{LABEL_TAG}={d.tag}", f"{LABEL_ENV}={ENV_ID}")
+        d.wait("the probe's container", lambda: bool(_ids(real, *ours)))
+        engine.cut()
+        d.wait("the probe's failed removal",
+               lambda: any("left behind" in e["event"] for e in d.events()))
+        assert _ids(real, *ours), "the outage left the in-flight container behind"
+        engine.restore()  # and stop at once, before anything else reaches the engine
+        assert d.stop(signal.SIGTERM, timeout=60) == 0
+        assert _ids(real, f"{LABEL_TAG}={d.tag}") == set(), \
+            "no container of the daemon survives its clean shutdown"
+        errors = [r for r in d.rows() if r.env_id == ENV_ID]
+        assert errors and all(r.status == "error" for r in errors), errors
+    finally:
+        daemons.close()  # kills a daemon still running; removes by tag on the real engine
