@@ -1,5 +1,12 @@
 """The ``envcheck`` command line. Exit codes: 0 ok, 1 an environment failed, 2 bad input,
-3 envcheck could not check (its own or its infrastructure's failure)."""
+3 envcheck could not check (its own or its infrastructure's failure) or could not record.
+
+"Could not record" outranks an environment failure: when the store refuses results (a full
+disk) and they are still unwritten at the end of ``check``, the exit is 3 even if some
+environment failed. The summary still shows every failure, but the feed schedulers read does
+not reflect the run, and that needs an operator before anything else. Exit 1 never means a
+store failure.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -38,12 +45,17 @@ from envcheck.results import ProbeKind, ProbeResult, Status
 from envcheck.runner import ResultSink, Services, unchecked
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.services import build_services
+from envcheck.store.database import redact
+from envcheck.store.pending import PendingWrites, store_reason
 
 if TYPE_CHECKING:
     from envcheck.store import Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="envcheck: which sandbox environments can your RL runs trust?")
+
+# At the end of `check`, how long held results wait for the store to take writes again.
+FINAL_FLUSH_S = 10.0
 
 STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "red", Status.FLAKY: "yellow",
                 Status.ERROR: "magenta", Status.SKIP: "dim"}
@@ -179,7 +191,14 @@ def check(
         "(default: RAY_ADDRESS, else the cluster started on this host)")
     ] = None,
 ) -> None:
-    """Run one check cycle now, store the results and print them."""
+    """Run one check cycle now, store the results and print them.
+
+    Exit 0 all passed, 1 an environment failed, 2 bad input, 3 envcheck could not check or
+    could not record. If the store stops taking writes mid-run (a full disk), probing goes
+    on, results are held and written when it takes writes again; if some still cannot be
+    written at the end, the summary is printed and the exit is 3 even when an environment
+    failed: the feed schedulers read does not show this run, which needs an operator first.
+    """
     from envcheck.store import open_store
 
     config = ExecutorConfig.parse(executor, concurrency=concurrency, ray_address=ray_address)
@@ -192,26 +211,73 @@ def check(
         raise typer.Exit(EXIT_INFRA) from None
     signal.signal(signal.SIGTERM, _raise_on_term)
     with store:
-        store.interrupt_stale_runs()
-        store.sync_suites(catalogue.suites)
-        store.sync_environments(envs)
-        before = previous_statuses(store.latest_results([e.id for e in envs]))
-        run_id = store.start_run("cli", list(catalogue.files))
+        try:
+            store.interrupt_stale_runs()
+            store.sync_suites(catalogue.suites)
+            store.sync_environments(envs)
+            before = previous_statuses(store.latest_results([e.id for e in envs]))
+        except StoreError as exc:
+            _fail(f"nothing checked: the store at {redact(store.engine.url)} is not "
+                  f"writable ({store_reason(exc)})")
+        writes = PendingWrites(store)
+        run_id = writes.start_run("cli", list(catalogue.files))
 
         def record(result: ProbeResult) -> None:
-            store.record(run_id, result)
+            writes.record(run_id, result)
 
         try:
             results = _run(envs, kinds, run_id, record, config, as_json,
                            build_services(catalogue, store), store)
         except KeyboardInterrupt:
-            store.interrupt_run(run_id)
+            writes.interrupt_run(run_id)
+            writes.flush()  # once: the user asked to stop, not to wait
             err.print("interrupted: in-flight probes finished, their containers removed")
+            if writes.held:
+                err.print(f"[red]error[/red] {escape(_unrecorded(writes, None))}",
+                          highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
-        store.finish_run(run_id)
-        _assess(store, run_id, envs, results, before)
+        problem = _settle(writes, run_id, envs, results, before)
     _print_summary(err if as_json else out, results)
+    if problem is not None:
+        _fail(problem)
     raise typer.Exit(exit_code(results))
+
+
+def _fail(message: str) -> NoReturn:
+    """envcheck's own failure: one line, exit 3."""
+    err.print(f"[red]error[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_INFRA)
+
+
+def _unrecorded(writes: PendingWrites, total: int | None) -> str:
+    of = f" of {total}" if total is not None else ""
+    return (f"could not record {writes.held}{of} results: the store at "
+            f"{redact(writes.store.engine.url)} is not writable ({writes.error})")
+
+
+def _settle(writes: PendingWrites, run_id: str, envs: list[Environment],
+            results: list[ProbeResult], before: Previous) -> str | None:
+    """Write what is held, assess the run, mark it finished; what could not be done, or None.
+
+    The run is assessed only once all its results are written, and finished only once
+    assessed: a run left running or interrupted is assessed by the daemon's next start.
+    """
+    if not writes.flush_within(FINAL_FLUSH_S):
+        return _unrecorded(writes, len(results))
+    try:
+        _assess(writes.store, run_id, envs, results, before)
+    except (StoreError, OSError) as exc:
+        writes.interrupt_run(run_id)
+        writes.flush()
+        reason = store_reason(exc) if isinstance(exc, StoreError) else str(exc)
+        return (f"results recorded, but could not assess them ({reason}); the daemon's next "
+                "start assesses them")
+    writes.finish_run(run_id)
+    if not writes.flush_within(FINAL_FLUSH_S):
+        return (f"results recorded and assessed, but could not mark run {run_id} finished: "
+                f"the store at {redact(writes.store.engine.url)} is not writable "
+                f"({writes.error})")
+    return None
 
 
 def _assess(store: Store, run_id: str, envs: list[Environment],

@@ -6,6 +6,10 @@ and SIGINT stop scheduling, let in-flight probes finish and remove their contain
 assess what they produced. A restart after SIGKILL reaps leftovers and marks the run.
 Containers an engine outage left behind are removed once the engine answers again (checked
 every few seconds), and at shutdown.
+
+A store that refuses writes (a full disk) stops nothing: results are held and written when
+it recovers (:mod:`envcheck.store.pending`); meanwhile ``/readyz`` answers 503 with the
+count held and the store's reason, and 200 again once everything is written.
 """
 
 from __future__ import annotations
@@ -72,11 +76,17 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
     @app.get("/readyz", include_in_schema=False)
     def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
-        try:
-            store.generation()
-            checks["store"] = "ok"
-        except Exception as exc:  # report, never raise from a probe of ourselves
-            checks["store"] = f"error: {exc}"
+        # Writes first: a full disk still answers reads. While the store refuses writes,
+        # or results wait to be written, this daemon's feed lags its probes: not ready.
+        held = scheduler.writes.status()
+        if held is not None:
+            checks["store"] = f"error: {held}"
+        else:
+            try:
+                store.generation()
+                checks["store"] = "ok"
+            except Exception as exc:  # report, never raise from a probe of ourselves
+                checks["store"] = f"error: {exc}"
         try:
             executor.ping()
             checks["engine"] = "ok"

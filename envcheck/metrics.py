@@ -307,7 +307,16 @@ class StoreCollector(Collector):
             lag.add_metric(["max"], lags[-1])
         jobs = GaugeMetricFamily("envcheck_scheduled_jobs", "Scheduled (environment, kind) jobs")
         jobs.add_metric([], len(self._scheduler.jobs()))
-        yield from (depth, running, lag, jobs)
+        writes = self._scheduler.writes
+        held = GaugeMetricFamily("envcheck_store_held_results",
+                                 "Results the store refused, held to be written when it "
+                                 "takes writes again")
+        held.add_metric([], writes.held)
+        lost = CounterMetricFamily("envcheck_store_dropped_results",
+                                   "Held results dropped: over the bound, or refused for "
+                                   "their data")
+        lost.add_metric([], writes.dropped)
+        yield from (depth, running, lag, jobs, held, lost)
 
 
 def build_registry(store: Store, scheduler: ProbeScheduler | None = None) -> CollectorRegistry:

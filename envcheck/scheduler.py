@@ -14,6 +14,12 @@ when it closes it is judged and assessed exactly like an ``envcheck check`` cycl
 (``assess_cycle``), so the daemon and the CLI move states by the same rule. A window in which
 nothing happened leaves no run behind.
 
+The store may refuse writes for a while (a full disk): runs and results then go through
+:class:`~envcheck.store.pending.PendingWrites`, held in order and written at the next window
+tick that finds the store writable again. A closed window whose results are not all written
+waits, and is assessed once they are (in the order windows closed): never assessed on half
+its results, never dropped. At stop, held writes get what is left of the grace period.
+
 Idle cost: APScheduler sleeps until the next job is due (the enqueue runs inline in its
 thread, no pool), workers sleep on a condition, and an empty window costs one query.
 """
@@ -37,11 +43,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy import select as sa_select
 
 from envcheck.catalogue import Catalogue, Environment
+from envcheck.errors import StoreError
 from envcheck.executors import Executor
 from envcheck.feed import CycleOutcome, Previous, applicable_kinds, assess_cycle, evaluate
 from envcheck.results import ProbeKind, ProbeResult
 from envcheck.runner import Services
 from envcheck.store import Store
+from envcheck.store.pending import DEFAULT_LIMIT, PendingWrites, store_reason
 from envcheck.store.tables import CheckRun, ProbeResultRow, RunState
 from envcheck.workqueue import Key, Work, WorkQueue
 
@@ -57,6 +65,8 @@ CATCH_UP_BATCH = 200
 RESTART_SPREAD_S = 5.0
 # No result for this many intervals: the (environment, kind) counts as stale.
 STALE_INTERVALS = 2.0
+# Results kept in memory by windows waiting for the store (besides those it holds).
+WAITING_RESULTS_MAX = DEFAULT_LIMIT
 
 
 @dataclass(eq=False)
@@ -65,7 +75,7 @@ class Window:
     results: list[ProbeResult] = field(default_factory=list)
     env_ids: set[str] = field(default_factory=set)
     before: Previous = field(default_factory=dict)
-    writers: int = 0  # results being written to the store right now
+    writers: int = 0  # results being handed to the store right now
     run_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -125,11 +135,15 @@ class ProbeScheduler:
     def __init__(self, catalogue: Catalogue, executor: Executor, store: Store, *,
                  concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
                  services: Callable[[Catalogue, Store], Services] | None = None,
-                 on_cycle: Callable[[CycleOutcome], None] | None = None) -> None:
+                 on_cycle: Callable[[CycleOutcome], None] | None = None,
+                 writes: PendingWrites | None = None) -> None:
         self._catalogue = catalogue
         self._envs = {env.id: env for env in catalogue.environments}
         self._executor = executor  # where checks run: this engine, or Ray tasks on nodes
         self._store = store
+        # runs and results go through here: held while the store refuses writes
+        self._writes = writes or PendingWrites(store)
+        self._waiting: list[Window] = []  # closed, not assessed yet: their writes are held
         self._concurrency = max(concurrency, 1)
         self._per_image = max(per_image or self._concurrency, 1)
         self._window_s = window_s
@@ -165,6 +179,10 @@ class ProbeScheduler:
     @property
     def catalogue(self) -> Catalogue:
         return self._catalogue
+
+    @property
+    def writes(self) -> PendingWrites:
+        return self._writes
 
     def start(self) -> None:
         self._store.sync_suites(self._catalogue.suites)
@@ -214,7 +232,16 @@ class ProbeScheduler:
             # assesses its results and reaps their containers.
             log.warning("probes still running after the grace period",
                         extra={"workers": still, "grace_s": grace_s})
+        # the store may be taking writes again: held results get what is left of the grace
+        self._writes.flush_within(max(deadline - time.monotonic(), 0.0))
         self.close_window(reopen=False)
+        if self._writes.status() is not None:
+            # Lost with this process. Runs already written stay running: the next start
+            # marks them interrupted and assesses whatever of them was written.
+            log.error("results not written at shutdown: the store refuses writes",
+                      extra={"held": self._writes.held, "dropped": self._writes.dropped,
+                             "windows_unassessed": len(self._waiting),
+                             "error": self._writes.error})
         log.info("scheduler stopped", extra={"dropped": dropped, "still_running": len(still)})
 
     def reload(self, catalogue: Catalogue) -> None:
@@ -384,8 +411,8 @@ class ProbeScheduler:
 
     def _run_of(self, window: Window) -> str:
         with window.run_lock:
-            if window.run_id is None:
-                window.run_id = self._store.start_run("daemon", list(self._catalogue.files))
+            if window.run_id is None:  # never raises: a run the store refuses is held
+                window.run_id = self._writes.start_run("daemon", list(self._catalogue.files))
             return window.run_id
 
     def _record(self, result: ProbeResult) -> None:
@@ -395,7 +422,7 @@ class ProbeScheduler:
             window.writers += 1
         try:
             run_id = self._run_of(window)
-            result_id = self._store.record(run_id, result)
+            result_id = self._writes.record(run_id, result)  # None: held
             with self._lock:
                 if key in self._last and key not in window.before:
                     window.before[key] = self._last[key]
@@ -407,17 +434,20 @@ class ProbeScheduler:
             with self._lock:
                 window.writers -= 1
                 self._records_done.notify_all()
-        log.info("probe result", extra={"env": result.env_id, "kind": str(result.kind),
-                                        "status": str(result.status),
-                                        "reason": str(result.reason),
-                                        "duration_s": round(result.duration_s, 3),
-                                        "run": run_id, "result_id": result_id})
+        extra = {"env": result.env_id, "kind": str(result.kind), "status": str(result.status),
+                 "reason": str(result.reason), "duration_s": round(result.duration_s, 3),
+                 "run": run_id, "result_id": result_id}
+        if result_id is None:
+            extra["held"] = True  # written later, when the store takes writes again
+        log.info("probe result", extra=extra)
 
     # --- windows ------------------------------------------------------------------------
 
     def close_window(self, reopen: bool = True) -> CycleOutcome | None:
-        """Close the current window as a check run, judge and assess it. A window without
-        results stays open (and leaves no run); None then."""
+        """Close the current window as a check run; write what the store refused so far,
+        then assess, oldest first, every closed window whose results are all written. A
+        window without results stays open (and leaves no run). The outcome of the window
+        closed now if it could be assessed now, else None."""
         with self._close_lock:
             with self._lock:
                 window = self._window
@@ -428,20 +458,71 @@ class ProbeScheduler:
                     self._window = Window() if reopen else None
                     while window is not None and window.writers:
                         self._records_done.wait()
-            if window is None or window.run_id is None:
-                if reopen and not self._stopping.is_set() \
-                        and self._store.generation() != self._generation:
-                    self._reschedule(self._refresh_states())  # e.g. a manual quarantine
-                return None
-            return self._assess(window)
+            self._flush_held()
+            if window is not None and window.run_id is not None:
+                self._waiting.append(window)
+            outcome, assessed = self._assess_waiting(window)
+            if not assessed and reopen and not self._stopping.is_set():
+                try:
+                    if self._store.generation() != self._generation:
+                        self._reschedule(self._refresh_states())  # e.g. a manual quarantine
+                except StoreError as exc:
+                    log.error("store unreadable", extra={"error": store_reason(exc)})
+            return outcome
+
+    def _flush_held(self) -> None:
+        held = self._writes.held
+        if self._writes.flush():
+            if held:
+                log.info("held results written", extra={"results": held})
+            return
+        self._bound_waiting()
+        log.error("store not writable: results held", extra={
+            "held": self._writes.held, "dropped": self._writes.dropped,
+            "windows_unassessed": len(self._waiting), "error": self._writes.error})
+
+    def _bound_waiting(self) -> None:
+        """Waiting windows keep their results for the incident judgement; over the bound,
+        the oldest give them up and are assessed from the store alone."""
+        total = sum(len(w.results) for w in self._waiting)
+        for w in self._waiting:
+            if total <= WAITING_RESULTS_MAX:
+                break
+            total -= len(w.results)
+            w.results.clear()
+            w.before.clear()
+
+    def _assess_waiting(self, closed: Window | None) -> tuple[CycleOutcome | None, bool]:
+        outcome, assessed = None, False
+        while self._waiting:
+            window = self._waiting[0]
+            assert window.run_id is not None
+            if self._writes.holds(window.run_id):
+                break  # its results are not all written: assessed at a later tick
+            try:
+                result = self._assess(window)
+            except (StoreError, OSError) as exc:  # e.g. the exports, on a full disk
+                if isinstance(exc, StoreError):
+                    self._writes.note_failure(exc)
+                log.error("window not assessed yet: the store refuses writes",
+                          extra={"run": window.run_id, "windows_unassessed": len(self._waiting),
+                                 "error": store_reason(exc) if isinstance(exc, StoreError)
+                                 else str(exc)})
+                break
+            self._waiting.pop(0)
+            assessed = True
+            if window is closed:
+                outcome = result
+        return outcome, assessed
 
     def _assess(self, window: Window) -> CycleOutcome:
         assert window.run_id is not None
         envs = [self._envs[e] for e in sorted(window.env_ids) if e in self._envs]
         outcome = assess_cycle(self._store, window.run_id, envs, window.results, window.before)
+        self._writes.note_success()
         # Finished only once assessed: killed in between, the run is found interrupted and
         # its results are assessed at the next start.
-        self._store.finish_run(window.run_id)
+        self._writes.finish_run(window.run_id)
         if outcome.incident is not None:
             log.warning("infrastructure incident", extra={"run": window.run_id,
                                                           "detail": outcome.incident[3]})
@@ -449,7 +530,11 @@ class ProbeScheduler:
             log.info("transition", extra={"env": t.env_id, "old": t.old_state,
                                           "new": t.new_state, "quarantined": t.quarantined,
                                           "reason": t.reason})
-        changed = self._refresh_states()
+        try:
+            changed = self._refresh_states()
+        except StoreError as exc:
+            log.error("store unreadable", extra={"error": store_reason(exc)})
+            changed = set()
         if not self._stopping.is_set():
             self._reschedule(changed)
         if self._on_cycle is not None:

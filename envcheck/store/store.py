@@ -34,7 +34,7 @@ from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState
 from envcheck.store.views import ViewRecords
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Store", "new_run", "open_store"]
 
 _UPSERT_BATCH = 500
 
@@ -69,6 +69,17 @@ def _from_row(row: ProbeResultRow) -> ProbeResult:
         started_at=row.started_at,
         evidence=tuple(CommandEvidence(**e) for e in row.evidence),
         details=row.details,
+    )
+
+
+def new_run(trigger: str, catalogue_files: Sequence[str]) -> CheckRun:
+    """A run of this process, not yet written: its id is made here, not by the database."""
+    return CheckRun(
+        id=uuid.uuid4().hex,
+        trigger=trigger,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        catalogue_files=list(catalogue_files),
     )
 
 
@@ -144,24 +155,22 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
     # --- runs ---------------------------------------------------------------------------
 
     def start_run(self, trigger: str, catalogue_files: Sequence[str]) -> str:
-        run = CheckRun(
-            id=uuid.uuid4().hex,
-            trigger=trigger,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            catalogue_files=list(catalogue_files),
-        )
+        return self.add_run(new_run(trigger, catalogue_files))
+
+    def add_run(self, run: CheckRun) -> str:
+        """Write a run made by :func:`new_run` (its id and start are the caller's: a run
+        held while the store refused writes keeps them)."""
         with self._session() as session:
             session.add(run)
             session.commit()
         return run.id
 
-    def finish_run(self, run_id: str) -> None:
-        self._set_state([run_id], RunState.FINISHED, datetime.now(UTC))
+    def finish_run(self, run_id: str, at: datetime | None = None) -> None:
+        self._set_state([run_id], RunState.FINISHED, at or datetime.now(UTC))
 
-    def interrupt_run(self, run_id: str) -> None:
+    def interrupt_run(self, run_id: str, at: datetime | None = None) -> None:
         """Mark this process' own run interrupted (Ctrl-C, SIGTERM); results so far stay."""
-        self._set_state([run_id], RunState.INTERRUPTED, datetime.now(UTC))
+        self._set_state([run_id], RunState.INTERRUPTED, at or datetime.now(UTC))
 
     def interrupt_stale_runs(self) -> list[str]:
         """Mark this host's 'running' runs whose process is gone as 'interrupted'."""
