@@ -57,6 +57,7 @@ class DaemonConfig:
     webhooks: tuple[WebhookConfig, ...] = ()  # URLs are secrets: never in a repr or a log
     external_url: str | None = None  # envcheck's address in alert links (http://host:port)
     notify_flush_s: float = 10.0  # at shutdown, then undelivered alerts wait for next start
+    store_flush_s: float = 10.0  # at shutdown, results the store refused wait this long more
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
@@ -140,7 +141,7 @@ def run_daemon(config: DaemonConfig) -> int:
     finally:
         log.info("daemon stopping")
         stop.set()
-        scheduler.stop(config.grace_s)
+        scheduler.stop(config.grace_s, config.store_flush_s)
         if notifier is not None:  # after the scheduler: its last window may alert too
             notifier.stop(config.notify_flush_s)
         executor.close()

@@ -213,9 +213,10 @@ class ProbeScheduler:
                                              "concurrency": self._concurrency,
                                              "per_image": self._per_image})
 
-    def stop(self, grace_s: float = 60.0) -> None:
+    def stop(self, grace_s: float = 60.0, flush_s: float = 10.0) -> None:
         """Stop scheduling, drop queued work, let in-flight probes finish (and remove their
-        containers) within ``grace_s``, then assess what they produced."""
+        containers) within ``grace_s``, then assess what they produced. Results the store
+        refused wait for it at most ``flush_s`` more (within the grace period)."""
         deadline = time.monotonic() + grace_s
         with self._lock:
             self._stopping.set()
@@ -233,7 +234,7 @@ class ProbeScheduler:
             log.warning("probes still running after the grace period",
                         extra={"workers": still, "grace_s": grace_s})
         # the store may be taking writes again: held results get what is left of the grace
-        self._writes.flush_within(max(deadline - time.monotonic(), 0.0))
+        self._writes.flush_within(min(max(deadline - time.monotonic(), 0.0), flush_s))
         self.close_window(reopen=False)
         if self._writes.status() is not None:
             # Lost with this process. Runs already written stay running: the next start
