@@ -17,11 +17,15 @@ import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envcheck.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.store import open_store
+from envcheck.store.pending import PendingWrites
 from tests.conftest import DEMO, envcheck_cmd
 from tests.test_daemon import HEALTHY, READONLY, TOOL_MISSING, Daemons, write_catalogue
 
@@ -101,6 +105,37 @@ def _stored(db: Path) -> tuple[Counter[tuple[str, str]], dict[str, str]]:
         results = Counter(conn.execute("SELECT env_id, kind FROM probe_result").fetchall())
         runs = dict(conn.execute("SELECT id, state FROM check_run").fetchall())
     return Counter({(str(e), str(k)): n for (e, k), n in results.items()}), runs
+
+
+# --- the held writes themselves ----------------------------------------------------------
+
+def test_held_results_are_bounded_and_written_in_order(small_disk: Path,
+                                                       filler: DiskFiller) -> None:
+    def result(n: int) -> ProbeResult:
+        return ProbeResult(env_id=f"env-{n}", kind=ProbeKind.TERMINAL, status=Status.PASS,
+                           reason=Reason.OK, summary="x" * 4000, duration_s=0.1,
+                           image_digest=None, spec_hash="spec",
+                           started_at=datetime.now(UTC))
+
+    with open_store(f"sqlite:///{small_disk / 'envcheck.db'}") as store:
+        writes = PendingWrites(store, limit=3)
+        run_id = writes.start_run("test", [])
+        assert writes.record(run_id, result(0)) is not None
+        filler.fill()
+        late_run = writes.start_run("test", [])  # held: its id is ours already
+        assert [writes.record(late_run, result(n)) for n in range(1, 6)] == [None] * 5
+        writes.finish_run(late_run)
+        assert (writes.held, writes.dropped) == (3, 2), "the oldest two made room"
+        assert writes.holds(late_run) and not writes.holds(run_id)
+        status = writes.status()
+        assert status is not None and "3 results held" in status and "disk is full" in status
+        assert not writes.flush_within(0.5)
+        filler.release()
+        assert writes.flush_within(10)
+        assert (writes.held, writes.status(), writes.holds(late_run)) == (0, None, False)
+        assert [r.env_id for r in store.results_for_run(late_run)] == ["env-3", "env-4",
+                                                                        "env-5"]
+        assert store.run(late_run).state == "finished"  # type: ignore[union-attr]
 
 
 # --- envcheck check ------------------------------------------------------------------------
