@@ -215,7 +215,7 @@ class _Loader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):  # no new node: the anchor's, counted once
             return super().compose_node(parent, index)
-        line = self.peek_event().start_mark.line + 1
+        line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
         self.nodes += 1
         if self.nodes > self.limits.max_nodes:
             raise _TooLargeError(f"the document has more than {self.limits.max_nodes} nodes "
