@@ -68,7 +68,7 @@ from envcheck.api_models import (
     ResultOut,
     TransitionOut,
 )
-from envcheck.errors import EnvcheckError, StoreError
+from envcheck.errors import ConfigError, EnvcheckError, StoreError
 from envcheck.exports import write_exports
 from envcheck.feed import UnknownSuite, allowlist, set_quarantine_by_id
 from envcheck.health import EnvState
@@ -98,7 +98,7 @@ MANUAL_ACTOR = "api"
 _REALM = 'Bearer realm="envcheck"'
 
 
-class ApiConfigError(EnvcheckError):
+class ApiConfigError(ConfigError):
     """The API's token setting is unusable (both variables set, unreadable or too short)."""
 
 

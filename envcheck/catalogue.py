@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
 import types
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,7 @@ from urllib.parse import urlsplit
 import jsonschema
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -43,7 +45,7 @@ from pydantic_core import ErrorDetails
 
 from envcheck.errors import CatalogueError, CatalogueIssue
 from envcheck.results import ProbeKind
-from envcheck.yamlsrc import KeyPath, SourceDoc, load_yaml
+from envcheck.yamlsrc import KeyPath, SourceDoc, SourceLimits, file_kind, load_yaml, read_source
 
 __all__ = [
     "Auth",
@@ -94,6 +96,37 @@ Seconds = Annotated[
 ]
 Ident = Annotated[str, Field(pattern=_ID)]
 
+MIN_SCHEDULE_ENV = "ENVCHECK_MIN_SCHEDULE"
+MIN_SCHEDULE_S = 10.0
+
+
+def schedule_floor() -> float:
+    """The shortest schedule a catalogue may declare: 10 s, or ``$ENVCHECK_MIN_SCHEDULE``
+    (a duration, e.g. ``1s``: for development and tests), read at every catalogue load."""
+    raw = os.environ.get(MIN_SCHEDULE_ENV, "").strip()
+    if not raw:
+        return MIN_SCHEDULE_S
+    match = _DURATION.match(raw)
+    floor = float(match.group(1)) * _UNIT_S[match.group(2) or "s"] if match else 0.0
+    if floor <= 0:
+        raise ValueError(f"{MIN_SCHEDULE_ENV}={raw!r} is not a valid floor: use a duration "
+                         f"above 0, e.g. 1s")
+    return floor
+
+
+def _above_floor(value: float) -> float:
+    floor = schedule_floor()
+    if value < floor:
+        raise ValueError(f"{value:g} s is more often than the schedule floor of {floor:g} s "
+                         f"(lower the floor for development with {MIN_SCHEDULE_ENV}, e.g. "
+                         f"{MIN_SCHEDULE_ENV}=1s)")
+    return value
+
+
+Schedule = Annotated[Seconds, AfterValidator(_above_floor)]
+"""A probing interval: at least the schedule floor (a typo like ``1ms`` must not turn the
+daemon into a busy loop)."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -117,10 +150,10 @@ class Timeouts(_Model):
 class Schedules(_Model):
     """How often the daemon runs each probe kind; ``null`` turns a kind off."""
 
-    terminal: Seconds | None = 300.0
-    dependencies: Seconds | None = 3600.0
-    tests: Seconds | None = 21600.0
-    datasource: Seconds | None = 300.0
+    terminal: Schedule | None = 300.0
+    dependencies: Schedule | None = 3600.0
+    tests: Schedule | None = 21600.0
+    datasource: Schedule | None = 300.0
     jitter_s: float = Field(30.0, ge=0)
     quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined")
 
@@ -430,7 +463,7 @@ class DataSource(_Model):
         "with the ray executor: a custom resource that only the worker nodes able to reach "
         "this source declare (e.g. net-inside); the datasource probes of environments using "
         "the source run on such a node. The local executor ignores it"))
-    schedule: Seconds | None = 300.0
+    schedule: Schedule | None = 300.0
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -602,29 +635,57 @@ def _resolve(suite_id: str, defaults: EnvironmentSettings, entry: EnvironmentEnt
 
 
 def _catalogue_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[CatalogueIssue]]:
-    """Files named, and the ``*.yaml``/``*.yml`` files of directories named (sorted, not
-    recursive); a file reached twice is read once."""
+    """Files named, and the ``*.yaml``/``*.yml`` entries of directories named (sorted, not
+    recursive); a file reached twice is read once. An entry that is not a regular file (a
+    directory, a FIFO, a device, a symlink loop or a broken symlink) is an issue, never
+    skipped in silence nor opened."""
     files: list[Path] = []
     issues: list[CatalogueIssue] = []
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir()
-                           if p.suffix in (".yaml", ".yml") and p.is_file())
-            if not found:
+            entries = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
+            found = []
+            for entry in entries:
+                kind = file_kind(entry)
+                if kind is None:
+                    found.append(entry)
+                else:
+                    issues.append(CatalogueIssue(str(entry), None, "", f"{kind} (every *.yaml "
+                                                 "and *.yml of a catalogue directory is read: "
+                                                 "rename or remove it)"))
+            if not entries:
                 issues.append(CatalogueIssue(str(path), None, "",
                                              "no *.yaml or *.yml files in this directory"))
-        elif path.is_file():
-            found = [path]
         else:
-            issues.append(CatalogueIssue(str(path), None, "", "no such file or directory"))
-            continue
+            kind = file_kind(path)
+            if kind is not None:
+                issues.append(CatalogueIssue(str(path), None, "", kind))
+                continue
+            found = [path]
         for file in found:
             if file.resolve() not in seen:
                 seen.add(file.resolve())
                 files.append(file)
     return files, issues
+
+
+def _limits() -> SourceLimits:
+    """The file limits and the schedule floor from the environment, checked once per load."""
+    problems: list[CatalogueIssue] = []
+    limits = SourceLimits()
+    try:
+        limits = SourceLimits.from_env()
+    except ValueError as exc:
+        problems.append(CatalogueIssue("environment", None, "", str(exc)))
+    try:
+        schedule_floor()
+    except ValueError as exc:
+        problems.append(CatalogueIssue("environment", None, "", str(exc)))
+    if problems:
+        raise CatalogueError(problems)
+    return limits
 
 
 def _validate(doc: SourceDoc) -> CatalogueFile | None:
@@ -826,6 +887,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
     Raises :class:`CatalogueError` with every problem found in every file, each with its file,
     line and key path: paths that do not exist first, then file by file, by line.
     """
+    limits = _limits()
     files, missing = _catalogue_files(paths)
     loader = _Loader()
     per_file: list[list[CatalogueIssue]] = [missing]
@@ -833,12 +895,11 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
     environments: list[Environment] = []
     sources: list[DataSource] = []
     for file in files:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            per_file.append([CatalogueIssue(str(file), None, "", f"cannot read: {exc}")])
+        text, why = read_source(file, limits)
+        if text is None:
+            per_file.append([CatalogueIssue(str(file), None, "", why or "cannot read")])
             continue
-        doc = load_yaml(str(file), text)
+        doc = load_yaml(str(file), text, limits)
         per_file.append(doc.issues)  # check_refs may add to it later
         parsed = _validate(doc)
         unique = loader.scan(doc)

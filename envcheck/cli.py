@@ -31,13 +31,16 @@ from envcheck.cli_common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_USAGE,
+    config_error_exit,
     err,
     load_or_exit,
+    open_store_or_exit,
     out,
+    store_url_or_exit,
 )
 from envcheck.cli_dashboard import dashboard
 from envcheck.cli_feed import gate, quarantine_app
-from envcheck.errors import EngineUnreachable, InfraError, StoreError
+from envcheck.errors import ConfigError, EngineUnreachable, InfraError, StoreError
 from envcheck.executors import ExecutorConfig, ExecutorKind, open_executor
 from envcheck.feed import Previous, previous_statuses
 from envcheck.kinds import available_kinds
@@ -199,16 +202,10 @@ def check(
     written at the end, the summary is printed and the exit is 3 even when an environment
     failed: the feed schedulers read does not show this run, which needs an operator first.
     """
-    from envcheck.store import open_store
-
     config = ExecutorConfig.parse(executor, concurrency=concurrency, ray_address=ray_address)
     catalogue = _load(paths)
     envs, kinds = _select(catalogue, env), _kinds(probe)
-    try:
-        store = open_store(database)
-    except StoreError as exc:
-        err.print(f"[red]error[/red] {exc}")
-        raise typer.Exit(EXIT_INFRA) from None
+    store = open_store_or_exit(database)
     signal.signal(signal.SIGTERM, _raise_on_term)
     with store:
         try:
@@ -391,18 +388,12 @@ def accept_schema(
     import getpass
 
     from envcheck.kinds.fingerprint import changes
-    from envcheck.store import open_store
 
     catalogue = _load([paths])
     if source_id not in {s.id for s in catalogue.data_sources}:
         err.print(f"[red]error[/red] unknown data source {source_id!r}")
         raise typer.Exit(EXIT_USAGE)
-    try:
-        store = open_store(database)
-    except StoreError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_INFRA) from None
-    with store:
+    with open_store_or_exit(database) as store:
         before, latest = store.accepted_shape(source_id), store.latest_shape(source_id)
         if latest is None:
             err.print(f"[red]error[/red] no answer of {source_id} observed yet: run "
@@ -455,23 +446,37 @@ def daemon(
         help="this daemon's URL in alert links (default: http://HOST:PORT)")] = None,
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
+    import os
+
+    from envcheck.api import load_api_token
     from envcheck.daemon import DaemonConfig, run_daemon
+    from envcheck.exports import EXPORT_DIR_ENV
     from envcheck.logs import configure
     from envcheck.notify_config import WebhookConfigError, load_webhooks
+    from envcheck.store.database import data_dir
 
     configure(log_level)
-    _load(paths)  # refuse a bad catalogue before anything starts
+    # Every setting is checked here, before the engine, the store, the scheduler or the HTTP
+    # port is touched: bad input exits 2 with one line each, and nothing has started.
+    _load(paths)
     try:  # read once, here: a missing secret stops the start, not the first alert
         hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
     except WebhookConfigError as exc:
         for problem in exc.problems:
             err.print(f"[red]error[/red] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
+    try:
+        token = load_api_token()
+        if not os.environ.get(EXPORT_DIR_ENV):
+            data_dir()  # where the exports go, whatever the store
+    except ConfigError as exc:
+        raise config_error_exit(exc) from None
     config = DaemonConfig(tuple(paths), host=host, port=port, concurrency=concurrency,
                           executor=ExecutorConfig.parse(executor, concurrency=concurrency,
                                                         ray_address=ray_address),
-                          per_image=per_image, window_s=window, database=database,
-                          webhooks=hooks, external_url=external_url)
+                          per_image=per_image, window_s=window,
+                          database=store_url_or_exit(database),
+                          webhooks=hooks, external_url=external_url, api_token=token)
     try:
         code = run_daemon(config)
     except StoreError as exc:
@@ -487,7 +492,10 @@ app.add_typer(quarantine_app, name="quarantine")
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except ConfigError as exc:  # a setting met past the up-front checks: still one line
+        raise SystemExit(config_error_exit(exc).exit_code) from None
 
 
 if __name__ == "__main__":

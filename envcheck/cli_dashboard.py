@@ -23,8 +23,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from envcheck.cli_common import EXIT_INFRA, EXIT_USAGE, err, open_store_or_exit, out
-from envcheck.store.database import URL_ENV, default_database_url, redact
+from envcheck.cli_common import (
+    EXIT_INFRA,
+    EXIT_USAGE,
+    err,
+    open_store_or_exit,
+    out,
+    store_url_or_exit,
+)
+from envcheck.store.database import URL_ENV, redact
 
 __all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
 
@@ -74,7 +81,7 @@ def dashboard(
         err.print("[red]error[/red] the dashboard app is not found: it ships in the repository's "
                   f"dashboards/ folder; run from a checkout or pass --app (or ${APP_ENV})")
         raise typer.Exit(EXIT_USAGE)
-    url = database or default_database_url()
+    url = store_url_or_exit(database)
     open_store_or_exit(url).close()  # a wrong URL fails here, not in the browser
     env = dict(os.environ)
     env[URL_ENV] = url

@@ -58,6 +58,8 @@ class DaemonConfig:
     external_url: str | None = None  # envcheck's address in alert links (http://host:port)
     notify_flush_s: float = 10.0  # at shutdown, then undelivered alerts wait for next start
     store_flush_s: float = 10.0  # at shutdown, results the store refused wait this long more
+    # enables the API's mutations; read and checked by the CLI before anything starts
+    api_token: str | None = field(default=None, repr=False)  # a secret: never in a repr
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
@@ -100,7 +102,9 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
 
 
 def run_daemon(config: DaemonConfig) -> int:
-    from envcheck.api import load_api_token, serve
+    """Run until stopped. ``config`` is already checked (the CLI does it before calling):
+    nothing here refuses a setting after the engine or the scheduler has started."""
+    from envcheck.api import serve
     from envcheck.metrics import build_registry
     from envcheck.notify import Notifier
     from envcheck.store import open_store
@@ -136,7 +140,7 @@ def run_daemon(config: DaemonConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _note_signal)
     try:
-        serve(build_app(store, scheduler, executor, registry, load_api_token()),
+        serve(build_app(store, scheduler, executor, registry, config.api_token),
               host=config.host, port=config.port)
     finally:
         log.info("daemon stopping")
@@ -176,7 +180,16 @@ def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Sto
             log.error("catalogue refused, the old one keeps running",
                       extra={"issues": [str(i) for i in exc.issues]})
             return
-        scheduler.reload(catalogue)
+        except Exception as exc:  # whatever it is, the old catalogue keeps running
+            log.error("catalogue refused, the old one keeps running",
+                      extra={"issues": [f"cannot load the catalogue: "
+                                        f"{type(exc).__name__}: {exc}"]}, exc_info=True)
+            return
+        try:
+            scheduler.reload(catalogue)
+        except Exception:  # a thread must not die unheard
+            log.exception("catalogue reload failed")
+            return
         log.info("catalogue reloaded", extra={"seconds": round(time.monotonic() - started, 3)})
 
     signal.signal(signal.SIGHUP, on_hup)

@@ -4,6 +4,8 @@
 
     EnvcheckError
     ├── CatalogueError (ValueError)        a catalogue file is malformed; carries every issue
+    ├── ConfigError (ValueError)           a setting the user gave (a path, an environment
+    │                                       variable) cannot be used: bad input, like the above
     ├── StoreError                          the result store is unreachable or inconsistent
     └── InfraError                          envcheck's infrastructure failed; maps to Status.ERROR
         ├── EngineUnreachable               the Docker engine does not answer
@@ -28,6 +30,7 @@ from envcheck.results import Reason
 __all__ = [
     "CatalogueError",
     "CatalogueIssue",
+    "ConfigError",
     "EngineUnreachable",
     "EnvcheckError",
     "ExecutorUnavailable",
@@ -63,6 +66,11 @@ class CatalogueError(EnvcheckError, ValueError):
     def __init__(self, issues: list[CatalogueIssue]) -> None:
         self.issues = issues
         super().__init__("\n".join(str(i) for i in issues))
+
+
+class ConfigError(EnvcheckError, ValueError):
+    """A setting the user gave cannot be used (e.g. a data directory that cannot be created).
+    Its message is one line naming the setting, what is wrong and how to fix it."""
 
 
 class StoreError(EnvcheckError):

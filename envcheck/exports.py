@@ -22,8 +22,11 @@ __all__ = ["EXPORT_VERSION", "default_export_dir", "write_exports"]
 EXPORT_VERSION = 1
 
 
+EXPORT_DIR_ENV = "ENVCHECK_EXPORT_DIR"
+
+
 def default_export_dir() -> Path:
-    env = os.environ.get("ENVCHECK_EXPORT_DIR")
+    env = os.environ.get(EXPORT_DIR_ENV)
     if env:
         return Path(env)
     from envcheck.store.database import data_dir

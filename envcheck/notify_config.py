@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envcheck.errors import EnvcheckError
-from envcheck.yamlsrc import format_path, load_yaml
+from envcheck.yamlsrc import SourceLimits, format_path, load_yaml, read_source
 
 __all__ = ["WEBHOOKS_FILE_ENV", "WebhookConfig", "WebhookConfigError", "WebhookFormat",
            "load_webhooks"]
@@ -129,12 +129,13 @@ def _url_of(spec: _Spec, where: str) -> str:
 
 
 def _from_file(path: Path) -> list[WebhookConfig]:
+    text, why = read_source(path, SourceLimits())  # regular files only, size-checked
+    if text is None:
+        raise WebhookConfigError([f"{path}: {why}"])
     try:
-        text = path.read_text(encoding="utf-8")
         mode = path.stat().st_mode
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise WebhookConfigError([f"{path}: cannot read: {why}"]) from None
+    except OSError as exc:
+        raise WebhookConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     if mode & (stat.S_IRGRP | stat.S_IROTH):
         log.warning("webhooks file is readable by other users; webhook URLs carry tokens",
                     extra={"file": str(path)})

@@ -4,24 +4,160 @@ PyYAML's safe loader silently keeps the last of two equal keys; a catalogue must
 mappings are built here from the composed node tree. Keys are kept as the text written
 (``on:`` stays ``"on"``, ``1:`` stays ``"1"``), so two keys are equal only if they read the
 same. Merge keys (``<<: *anchor``) work as in PyYAML: explicit keys win over merged ones.
+
+A file is hostile until measured: its size is checked by ``stat`` before a byte is read (and
+only regular files are opened, never blocking on a FIFO), and the node count and nesting depth
+while it is composed, so that a huge or deeply nested file is refused early with a message
+naming the limit and the environment variable that raises it (:class:`SourceLimits`).
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from envcheck.errors import CatalogueIssue
 
-__all__ = ["KeyPath", "SourceDoc", "format_path", "load_yaml"]
+__all__ = ["KeyPath", "SourceDoc", "SourceLimits", "file_kind", "format_path", "load_yaml",
+           "read_source"]
 
 KeyPath = tuple[str | int, ...]
 
-MAX_NODES = 1_000_000  # per file; aliases expand: a "billion laughs" must not hang the loader
+MAX_BYTES_ENV = "ENVCHECK_CATALOGUE_MAX_BYTES"
+MAX_NODES_ENV = "ENVCHECK_CATALOGUE_MAX_NODES"
+MAX_DEPTH_ENV = "ENVCHECK_CATALOGUE_MAX_DEPTH"
+# A 10,000-environment catalogue is about 4 MB and 300,000 nodes; its schema nests 8 levels.
+MAX_BYTES = 32 * 1024 * 1024
+MAX_NODES = 1_000_000  # per file, aliases expanded: a "billion laughs" must not hang the loader
+MAX_DEPTH = 64
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(k|kib|m|mib|g|gib)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gib": 1 << 30}
+
+
+def _show_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLimits:
+    """How large a catalogue file may be; each limit is raised by an environment variable."""
+
+    max_bytes: int = MAX_BYTES
+    max_nodes: int = MAX_NODES
+    max_depth: int = MAX_DEPTH
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SourceLimits:
+        """The limits, with ``$ENVCHECK_CATALOGUE_MAX_{BYTES,NODES,DEPTH}`` applied; raises
+        ValueError (one line naming the variable) for a value that is not a positive number."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, int] = {}
+        for name, attr, sizes in ((MAX_BYTES_ENV, "max_bytes", True),
+                                  (MAX_NODES_ENV, "max_nodes", False),
+                                  (MAX_DEPTH_ENV, "max_depth", False)):
+            raw = environ.get(name, "").strip()
+            if not raw:
+                continue
+            match = _SIZE.match(raw) if sizes else re.match(r"^\s*(\d+)\s*()$", raw)
+            value = int(match.group(1)) * _UNITS[match.group(2).lower()] if match else 0
+            if value <= 0:
+                what = "a size in bytes (e.g. 67108864 or 64MiB)" if sizes else "a whole number"
+                raise ValueError(f"{name}={raw!r} is not a valid limit: use {what} above 0")
+            values[attr] = value
+        return cls(**values)
+
+    def too_large(self, size: int) -> str:
+        enough = -(-size // (1 << 20))  # MiB, rounded up
+        return (f"the file is {_show_bytes(size)}, more than {_show_bytes(self.max_bytes)} "
+                f"(the limit; raise it with {MAX_BYTES_ENV}, e.g. "
+                f"{MAX_BYTES_ENV}={enough}MiB)")
+
+
+def read_source(path: Path, limits: SourceLimits) -> tuple[str | None, str | None]:
+    """The text of a catalogue file, or why it cannot be read: (text, None) or (None, reason).
+
+    Only a regular file is read, and only after ``fstat`` says it is within
+    ``limits.max_bytes``; it is opened non-blocking, so a FIFO (even one swapped in after the
+    directory was listed) never blocks the loader.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return None, describe_os_error(exc)
+    try:
+        info = os.fstat(fd)
+        kind = _not_regular(info.st_mode)
+        if kind is not None:
+            return None, f"{kind}, not a regular file: envcheck reads only regular files"
+        if info.st_size > limits.max_bytes:
+            return None, limits.too_large(info.st_size)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limits.max_bytes + 1)  # the file may have grown since fstat
+    except OSError as exc:
+        return None, describe_os_error(exc)
+    finally:
+        os.close(fd)
+    if len(data) > limits.max_bytes:
+        return None, limits.too_large(len(data))
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return None, f"cannot read: not UTF-8 text (byte 0x{data[exc.start]:02X} on line {line})"
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An OS error on a catalogue path in words (without repeating the path)."""
+    if exc.errno == errno.ELOOP:
+        return "a symlink loop (too many levels of symbolic links)"
+    if exc.errno == errno.ENOENT:
+        return "no such file or directory"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def file_kind(path: Path) -> str | None:
+    """None if ``path`` (followed through symlinks) is a regular file, else what it is (or
+    why it cannot be examined), in words; never opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return f"a broken symlink (to {os.readlink(path)!r})"
+        return describe_os_error(exc)
+    kind = _not_regular(mode)
+    return None if kind is None else f"{kind}, not a regular file"
 
 
 def format_path(path: KeyPath) -> str:
@@ -53,13 +189,51 @@ class SourceDoc:
 
 
 class _TooLargeError(Exception):
-    pass
+    """A limit was reached: the message says which, and how to raise it."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def _too_deep(limits: SourceLimits, aliases: str = "") -> str:
+    return (f"nested deeper than {limits.max_depth} levels{aliases} (the limit; raise it with "
+            f"{MAX_DEPTH_ENV}=<levels>)")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader counting nodes and depth while it composes: the limits stop a
+    huge or deeply nested file before it is all in memory, or before Python's recursion
+    limit is reached."""
+
+    def __init__(self, text: str, limits: SourceLimits) -> None:
+        super().__init__(text)
+        self.limits = limits
+        self.nodes = 0
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):  # no new node: the anchor's, counted once
+            return super().compose_node(parent, index)
+        line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+        self.nodes += 1
+        if self.nodes > self.limits.max_nodes:
+            raise _TooLargeError(f"the document has more than {self.limits.max_nodes} nodes "
+                                 f"(the limit; raise it with {MAX_NODES_ENV}=<nodes>)", line)
+        self.depth += 1
+        try:
+            if self.depth > self.limits.max_depth:
+                raise _TooLargeError(_too_deep(self.limits), line)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 @dataclass
 class _Builder:
     loader: yaml.SafeLoader
     doc: SourceDoc
+    limits: SourceLimits
     active: set[int] = field(default_factory=set)  # nodes being built: a cycle guard
     built: set[int] = field(default_factory=set)  # nodes built once: the next use is an alias
     count: int = 0
@@ -72,8 +246,15 @@ class _Builder:
         doc.lines.setdefault(path, node.start_mark.line + 1)
         self.built.add(id(node))
         self.count += 1
-        if self.count > MAX_NODES:
-            raise _TooLargeError
+        # The composer counted every node once and bounded the depth as written: going past
+        # a limit here means aliases expand the document.
+        if self.count > self.limits.max_nodes:
+            raise _TooLargeError(f"aliases expand the document to more than "
+                                 f"{self.limits.max_nodes} nodes (an alias bomb?)",
+                                 doc.lines.get(path))
+        if len(path) >= self.limits.max_depth:
+            raise _TooLargeError(_too_deep(self.limits, " once aliases are expanded"),
+                                 doc.lines.get(path))
         if id(node) in self.active:
             doc.issues.append(doc.issue(path, "an alias refers to a node that contains it"))
             return None
@@ -129,8 +310,8 @@ class _Builder:
             # Built into a scratch document: an anchored mapping's own issues are reported
             # where it is defined; an inline one is defined here.
             inline = id(source) not in self.built
-            scratch = _Builder(self.loader, SourceDoc(self.doc.file), self.active, self.built,
-                               self.count)
+            scratch = _Builder(self.loader, SourceDoc(self.doc.file), self.limits, self.active,
+                               self.built, self.count)
             data = scratch.build(source, path)
             self.count = scratch.count
             if inline:
@@ -149,17 +330,19 @@ class _Builder:
                         self.doc.lines.setdefault(sub, line)
 
 
-def load_yaml(file: str, text: str) -> SourceDoc:
-    """Read one YAML document; syntax errors become issues, never exceptions."""
+def load_yaml(file: str, text: str, limits: SourceLimits | None = None) -> SourceDoc:
+    """Read one YAML document; syntax errors and limits reached become issues, never
+    exceptions."""
     doc = SourceDoc(file)
+    limits = limits or SourceLimits()
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text, limits)
     except yaml.reader.ReaderError as exc:
         doc.issues.append(_reader_issue(file, text, exc))
         return doc
     try:
         node = loader.get_single_node()
-        doc.data = _Builder(loader, doc).build(node, ()) if node is not None else None
+        doc.data = _Builder(loader, doc, limits).build(node, ()) if node is not None else None
         doc.parsed = True
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -169,9 +352,13 @@ def load_yaml(file: str, text: str) -> SourceDoc:
         doc.issues.append(_reader_issue(file, text, exc))
     except yaml.YAMLError as exc:
         doc.issues.append(CatalogueIssue(file, None, "", f"invalid YAML: {exc}"))
-    except _TooLargeError:
-        doc.issues.append(CatalogueIssue(file, None, "", f"the document expands to more "
-                                                         f"than {MAX_NODES} nodes (aliases?)"))
+    except _TooLargeError as exc:
+        doc.data, doc.lines = None, {}
+        doc.issues.append(CatalogueIssue(file, exc.line, "", str(exc)))
+    except RecursionError:  # only if a raised depth limit outgrows Python's stack
+        doc.data, doc.lines = None, {}
+        doc.issues.append(CatalogueIssue(file, None, "", f"nested too deeply for this Python "
+                                                         f"to read (lower {MAX_DEPTH_ENV})"))
     finally:
         loader.dispose()
     return doc

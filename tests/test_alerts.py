@@ -399,6 +399,7 @@ def test_quarantine_alert_fires_and_resolves_end_to_end(tmp_path: Path,
         env["ENVCHECK_CONTAINER_TAG"] = SESSION_TAG
         env["ENVCHECK_DATA_DIR"] = str(tmp_path / "data")
         env["ENVCHECK_EXPORT_DIR"] = str(tmp_path / "exports")
+        env["ENVCHECK_MIN_SCHEDULE"] = "1s"  # the catalogue probes every 2 s
         started = time.monotonic()
         procs.start("daemon", [*envcheck_cmd(), "daemon", str(catalogue), "--port",
                                str(ports["daemon"]), "--window", "2"], env=env, grace_s=90)

@@ -27,7 +27,7 @@ from envcheck.catalogue import (
 )
 from envcheck.errors import CatalogueError, CatalogueIssue
 from envcheck.results import ProbeKind
-from envcheck.yamlsrc import format_path, load_yaml
+from envcheck.yamlsrc import SourceLimits, format_path, load_yaml
 
 DEMO = Path(__file__).resolve().parent.parent / "probes" / "demo.yaml"
 
@@ -385,7 +385,7 @@ def test_spec_hash_ignores_mapping_key_order() -> None:
     ({"user": "agent"}, {ProbeKind.TERMINAL, ProbeKind.DEPENDENCIES, ProbeKind.TESTS}),
     ({"limits": {"memory_mb": 4096}},
      {ProbeKind.TERMINAL, ProbeKind.DEPENDENCIES, ProbeKind.TESTS}),
-    ({"schedules": {"terminal": 1}}, set()),
+    ({"schedules": {"terminal": 60}}, set()),
     ({"labels": {"team": "rl"}}, set()),
     ({"suite": "other", "id": "b"}, set()),
 ])
@@ -410,8 +410,8 @@ def test_directory_loads_yaml_and_yml_sorted(tmp_path: Path) -> None:
     env_file(tmp_path, "c.yaml", "sc", "c")
     (tmp_path / "notes.txt").write_text("not: [yaml", encoding="utf-8")
     (tmp_path / "README.md").write_text("# hi", encoding="utf-8")
-    (tmp_path / "sub.yaml").mkdir()  # a directory named like a catalogue is not read
-    env_file(tmp_path / "sub.yaml", "d.yaml", "sd", "d")  # nor is it recursed into
+    (tmp_path / "sub").mkdir()  # a sub-directory is not recursed into
+    env_file(tmp_path / "sub", "d.yaml", "sd", "d")
     cat = load_catalogue([tmp_path])
     assert cat.files == tuple(str(tmp_path / n) for n in ("a.yml", "b.yaml", "c.yaml"))
     assert [s.id for s in cat.suites] == ["sa", "sb", "sc"]
@@ -1091,15 +1091,12 @@ def test_issues_come_in_file_order(tmp_path: Path) -> None:
     ]
 
 
-def test_alias_bombs_are_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    import envcheck.yamlsrc
-
-    monkeypatch.setattr(envcheck.yamlsrc, "MAX_NODES", 10_000)
+def test_alias_bombs_are_cut_off() -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
-    doc = load_yaml("f.yaml", "\n".join(lines) + "\n")
+    doc = load_yaml("f.yaml", "\n".join(lines) + "\n", SourceLimits(max_nodes=10_000))
     assert [i.message for i in doc.issues] == [
-        "the document expands to more than 10000 nodes (aliases?)"
+        "aliases expand the document to more than 10000 nodes (an alias bomb?)"
     ]
 
 

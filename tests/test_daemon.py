@@ -25,6 +25,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
+from envcheck.catalogue import MIN_SCHEDULE_ENV
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables import ProbeResultRow
@@ -158,7 +159,8 @@ class Daemons:
         data_dir = self.tmp_path / data
         env = {**os.environ, "ENVCHECK_DATA_DIR": str(data_dir),
                "ENVCHECK_EXPORT_DIR": str(data_dir / "exports"),
-               "ENVCHECK_CONTAINER_TAG": tag, "ENVCHECK_LOG_LEVEL": "info"}
+               "ENVCHECK_CONTAINER_TAG": tag, "ENVCHECK_LOG_LEVEL": "info",
+               MIN_SCHEDULE_ENV: "1s"}  # the catalogues here probe every 2 s
         for name in ("ENVCHECK_DATABASE_URL", "ENVCHECK_API_TOKEN", "ENVCHECK_WEBHOOK",
                      "ENVCHECK_WEBHOOKS_FILE"):
             env.pop(name, None)

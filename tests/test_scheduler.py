@@ -23,7 +23,7 @@ import pytest
 
 import envcheck.executors as executors_mod
 import envcheck.scheduler as scheduler_mod
-from envcheck.catalogue import Catalogue, Environment, load_catalogue
+from envcheck.catalogue import MIN_SCHEDULE_ENV, Catalogue, Environment, load_catalogue
 from envcheck.executors import LocalExecutor
 from envcheck.feed import CycleOutcome, set_quarantine_by_id
 from envcheck.kinds import Verdict, load_probe
@@ -38,6 +38,12 @@ from tests.conftest import SESSION_TAG
 T = ProbeKind.TERMINAL
 FAIL = Verdict(Status.FAIL, Reason.TOOL_MISSING, "fake: a tool is missing")
 PASS = Verdict(Status.PASS, Reason.OK, "fake: ok")
+
+
+@pytest.fixture(autouse=True)
+def fast_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schedules of 1 s, below the production floor (catalogue.MIN_SCHEDULE_S)."""
+    monkeypatch.setenv(MIN_SCHEDULE_ENV, "1s")
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 15.0) -> None:

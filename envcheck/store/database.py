@@ -19,7 +19,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from envcheck.errors import StoreError
+from envcheck.errors import ConfigError, StoreError
 
 __all__ = ["create_store_engine", "default_database_url", "migrate", "normalise_url", "redact"]
 
@@ -36,19 +36,31 @@ _ALEMBIC_LOCK = threading.Lock()
 
 
 def data_dir() -> Path:
-    """Where envcheck keeps local state; created on first use."""
+    """Where envcheck keeps local state; created on first use. A directory that cannot be
+    created or written is the user's setting to fix: :class:`ConfigError`, one line."""
     explicit = os.environ.get(DATA_DIR_ENV)
     if explicit:
         path = Path(explicit)
     else:
         state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         path = Path(state) / "envcheck"
-    path.mkdir(parents=True, exist_ok=True)
+    fix = f"set {DATA_DIR_ENV} to a writable directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"cannot use the data directory {path}: it exists and is not a "
+                          f"directory ({fix})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the data directory {path}: "
+                          f"{exc.strerror or exc} ({fix})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot use the data directory {path}: not writable ({fix})")
     return path
 
 
 def default_database_url() -> str:
-    """``$ENVCHECK_DATABASE_URL`` if set, else the SQLite file ``envcheck.db`` in the data dir."""
+    """``$ENVCHECK_DATABASE_URL`` if set, else the SQLite file ``envcheck.db`` in the data dir
+    (raises :class:`ConfigError` if that cannot be created)."""
     url = os.environ.get(URL_ENV, "").strip()
     if url:
         return normalise_url(url)
