@@ -4,7 +4,7 @@
     .venv/bin/python bench/allowlist.py [--envs N] [--results-per-env K] [--requests R]
                                         [--backend sqlite|postgres ...] [--rebuild] [--json OUT]
 
-Per backend: build (or reuse) the fleet, serve ``envcheck.api.create_app`` with uvicorn on
+Per backend: build (or reuse) the fleet, serve ``envcheck.api.app.create_app`` with uvicorn on
 127.0.0.1 from a thread of this process, and time requests from a separate client process
 (one keep-alive ``requests.Session``, sequential): the full answer, the conditional answer
 (``If-None-Match`` with the current ETag: 304), and the uncached answer (``cache_ttl_s=0``:
@@ -43,10 +43,10 @@ from fastapi import FastAPI, Response
 from fleetcache import stored_counts
 from sqlalchemy import insert
 
-from envcheck.api import create_app, serve_in_thread
-from envcheck.api_models import AllowlistOut
-from envcheck.catalogue import DependencySpec, Environment, Suite
-from envcheck.feed import allowlist, evaluate, set_quarantine_by_id
+from envcheck.api.app import create_app, serve_in_thread
+from envcheck.api.models import AllowlistOut
+from envcheck.catalogue.models import DependencySpec, Environment, Suite
+from envcheck.feed.assess import allowlist, evaluate, set_quarantine_by_id
 from envcheck.store import Store, open_store
 from envcheck.store.tables import CheckRun, ProbeResultRow
 

@@ -44,9 +44,9 @@ from typing import Any
 import requests
 from sqlalchemy import insert
 
-from envcheck.catalogue import load_catalogue
+from envcheck.catalogue.models import load_catalogue
+from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.kinds import Verdict, load_probe
-from envcheck.results import ProbeKind, Reason, Status
 from envcheck.store import open_store
 from envcheck.store.tables import EnvStateRow, ProbeResultRow
 
@@ -159,7 +159,7 @@ class Daemon:
                "ENVCHECK_CONTAINER_TAG": f"bench-daemon-{os.getpid()}"}
         env.pop("ENVCHECK_DATABASE_URL", None)
         exe = Path(sys.executable).parent / "envcheck"
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "envcheck.cli"]
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "envcheck.cli.app"]
         self._stderr = self.log.open("w")
         self.started = time.monotonic()
         self.proc = subprocess.Popen(

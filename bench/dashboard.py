@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 import fleetcache  # noqa: E402
 from fleetcache import stored_counts  # noqa: E402
 
-from envcheck.catalogue import DependencySpec, Environment, Suite, TestSpec  # noqa: E402
-from envcheck.feed import evaluate, set_quarantine_by_id  # noqa: E402
+from envcheck.catalogue.models import DependencySpec, Environment, Suite, TestSpec  # noqa: E402
+from envcheck.feed.assess import evaluate, set_quarantine_by_id  # noqa: E402
 from envcheck.store import Store, open_store  # noqa: E402
 from envcheck.store.tables import CheckRun, ProbeResultRow  # noqa: E402
 
@@ -371,7 +371,7 @@ def measure_browser(url: str, rounds: int) -> list[dict[str, Any]]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVCHECK_API")}
-    server = subprocess.Popen([sys.executable, "-m", "envcheck.cli", "dashboard", "--port",
+    server = subprocess.Popen([sys.executable, "-m", "envcheck.cli.app", "dashboard", "--port",
                                str(port), "--database", url], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

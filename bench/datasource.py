@@ -43,11 +43,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from envcheck.catalogue import DataSource, Environment
+from envcheck.catalogue.models import DataSource, Environment
+from envcheck.core.results import Status
+from envcheck.executors.cycle import new_run_id
 from envcheck.kinds.base import ProbeContext
-from envcheck.kinds.datasource import DataSourceChecker, DatasourceProbe
-from envcheck.results import Status
-from envcheck.runner import new_run_id
+from envcheck.kinds.datasource.probe import DataSourceChecker, DatasourceProbe
 from envcheck.store import open_store
 
 TARGET_RATIO = 1.5

@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envcheck.catalogue import Environment, load_catalogue
-from envcheck.errors import EnvcheckError
-from envcheck.results import ProbeKind, ProbeResult, Status
-from envcheck.runner import new_run_id, run_cycle
+from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.core.errors import EnvcheckError
+from envcheck.core.results import ProbeKind, ProbeResult, Status
+from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.sandbox.base import SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
 

@@ -48,11 +48,11 @@ from typing import Any  # noqa: E402
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from envcheck.catalogue import Environment, load_catalogue  # noqa: E402
+from envcheck.catalogue.models import Environment, load_catalogue  # noqa: E402
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
 from envcheck.executors import Executor, LocalExecutor, RayOptions  # noqa: E402
-from envcheck.ray_executor import RayExecutor  # noqa: E402
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
-from envcheck.runner import new_run_id  # noqa: E402
+from envcheck.executors.cycle import new_run_id  # noqa: E402
+from envcheck.executors.ray import RayExecutor  # noqa: E402
 from envcheck.sandbox.docker import DockerRuntime  # noqa: E402
 
 ROOT = _HERE.parent

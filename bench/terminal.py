@@ -44,7 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envcheck.catalogue import Environment, load_catalogue
+from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.core.results import ProbeKind, ProbeResult
+from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.terminal import (
     DONE,
     PTY_COMMAND,
@@ -55,8 +57,6 @@ from envcheck.kinds.terminal import (
     SYNC_OUTPUT,
     login_script,
 )
-from envcheck.results import ProbeKind, ProbeResult
-from envcheck.runner import new_run_id, run_cycle
 from envcheck.sandbox.base import ExecResult, Sandbox, SandboxSpec, TtySession
 from envcheck.sandbox.docker import (
     LABEL_ENV,

@@ -1,6 +1,6 @@
 """What the dashboard's pages share: the store context, colours, links, tables, paging.
 
-No data access of its own: numbers come from :mod:`envcheck.dashboard_data`.
+No data access of its own: numbers come from :mod:`envcheck.dashboard.queries`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from envcheck import dashboard_data as data
-from envcheck.errors import StoreError
+from envcheck.core.errors import StoreError
+from envcheck.dashboard import queries as data
 from envcheck.store.database import redact
 from envcheck.store.views import DataVersion
 

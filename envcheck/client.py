@@ -59,7 +59,7 @@ from tenacity import (
     wait_random,
 )
 
-from envcheck.errors import EnvcheckError
+from envcheck.core.errors import EnvcheckError
 
 __all__ = [
     "ApiError",

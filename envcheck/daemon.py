@@ -27,13 +27,13 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from envcheck.api import DEFAULT_PORT
-from envcheck.catalogue import load_catalogue
-from envcheck.errors import CatalogueError, InfraError
+from envcheck.api.app import DEFAULT_PORT
+from envcheck.catalogue.models import load_catalogue
+from envcheck.core.errors import CatalogueError, InfraError
 from envcheck.executors import Executor, ExecutorConfig, LocalExecutor, wait_for_executor
-from envcheck.notify_config import WebhookConfig
-from envcheck.scheduler import ProbeScheduler
-from envcheck.services import build_services
+from envcheck.kinds.collaborators import build_services
+from envcheck.notify.config import WebhookConfig
+from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
 
 __all__ = ["DaemonConfig", "build_app", "run_daemon"]
@@ -64,7 +64,7 @@ class DaemonConfig:
 
 def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
               registry: CollectorRegistry, token: str | None) -> FastAPI:
-    from envcheck.api import create_app
+    from envcheck.api.app import create_app
 
     app = create_app(store, token)
 
@@ -104,9 +104,9 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
 def run_daemon(config: DaemonConfig) -> int:
     """Run until stopped. ``config`` is already checked (the CLI does it before calling):
     nothing here refuses a setting after the engine or the scheduler has started."""
-    from envcheck.api import serve
+    from envcheck.api.app import serve
     from envcheck.metrics import build_registry
-    from envcheck.notify import Notifier
+    from envcheck.notify.notifier import Notifier
     from envcheck.store import open_store
 
     catalogue = load_catalogue(config.catalogue)

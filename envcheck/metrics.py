@@ -29,11 +29,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
 
-from envcheck.results import ProbeKind
+from envcheck.core.results import ProbeKind
 from envcheck.store.tables import EnvStateRow, IncidentRow, ProbeResultRow
 
 if TYPE_CHECKING:
-    from envcheck.scheduler import ProbeScheduler
+    from envcheck.schedule.scheduler import ProbeScheduler
     from envcheck.store import Store
 
 __all__ = ["BUCKETS", "StoreCollector", "build_registry"]
@@ -128,8 +128,8 @@ class StoreCollector(Collector):
         this collector has no scheduler (then every stored result counts)."""
         if self._scheduler is None:
             return None
-        from envcheck.feed import applicable_kinds
-        from envcheck.scheduler import interval_of
+        from envcheck.feed.assess import applicable_kinds
+        from envcheck.schedule.scheduler import interval_of
 
         scheduled: dict[tuple[str, str], float] = {}
         for env in self._scheduler.catalogue.environments:
@@ -232,7 +232,7 @@ class StoreCollector(Collector):
         yield self._healthy_fraction()
 
     def _healthy_fraction(self) -> Metric:
-        from envcheck.feed import allowlist
+        from envcheck.feed.assess import allowlist
 
         fraction = GaugeMetricFamily("envcheck_suite_healthy_fraction",
                                      "Share of the suite schedulers may use now",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envcheck.catalogue import Catalogue, load_catalogue
-from envcheck.errors import EngineUnreachable
+from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.core.errors import EngineUnreachable
 from envcheck.sandbox.docker import DockerRuntime
 
 pytest_plugins = ["tests.backends"]
@@ -28,7 +28,7 @@ os.environ["ENVCHECK_CONTAINER_TAG"] = SESSION_TAG
 
 def envcheck_cmd() -> list[str]:
     exe = shutil.which("envcheck", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "envcheck.cli"]
+    return [exe] if exe else [sys.executable, "-m", "envcheck.cli.app"]
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 Written through envcheck's own functions: catalogue models, ``Store.record`` of ProbeResults
 whose evidence and details have the shapes the real probes give (the tests probe's runs and
 flaky tests; the data-source probe's reports come from the real ``DataSourceChecker`` sampling
-HTTP servers on 127.0.0.1 and ``combine``), ``envcheck.feed.evaluate`` after every cycle, an
+HTTP servers on 127.0.0.1 and ``combine``), ``envcheck.feed.assess.evaluate`` after every cycle, an
 infrastructure incident, and a quarantine by hand.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy import update
 
-from envcheck.catalogue import DataSource, DependencySpec, Environment, Suite, TestSpec
-from envcheck.feed import evaluate, set_quarantine_by_id
-from envcheck.kinds.datasource import DataSourceChecker, combine
-from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.catalogue.models import DataSource, DependencySpec, Environment, Suite, TestSpec
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.feed.assess import evaluate, set_quarantine_by_id
+from envcheck.kinds.datasource.probe import DataSourceChecker, combine
 from envcheck.store import Store, open_store
 from envcheck.store.tables import CheckRun
 from tests.http_server import MisbehavingServer, fail, ok
@@ -129,7 +129,7 @@ def _run(label: str, phase: str, not_passed: list[str], seed: int | None = None,
 
 
 def tests(env: Environment, cycle: int, profile: str, at: datetime) -> ProbeResult:
-    """Details as ``envcheck.kinds.tests`` writes them: runs, flaky tests, problems."""
+    """Details as ``envcheck.kinds.testvalidity.probe`` writes them: runs, flaky tests, problems."""
     rng = random.Random(zlib.crc32(f"{env.id}/{cycle}".encode()))  # the same every run
     runs = [_run("negative control", "negative", list(F2P))]
     flaky: dict[str, dict[str, Any]] = {}

@@ -34,12 +34,12 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from envcheck.catalogue import Catalogue, load_catalogue
-from envcheck.feed import evaluate
+from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.feed.assess import evaluate
 from envcheck.metrics import StoreCollector
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.sandbox.docker import DockerRuntime
-from envcheck.scheduler import ProbeScheduler
+from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
 

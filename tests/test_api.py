@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import requests
 
-from envcheck.api import ApiConfigError, create_app, load_api_token, serve_in_thread
-from envcheck.api_cache import Rendered, ResponseCache, render
-from envcheck.catalogue import DependencySpec, Environment, Suite
-from envcheck.errors import StoreError
-from envcheck.feed import evaluate, set_quarantine_by_id
-from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.api.app import ApiConfigError, create_app, load_api_token, serve_in_thread
+from envcheck.api.cache import Rendered, ResponseCache, render
+from envcheck.catalogue.models import DependencySpec, Environment, Suite
+from envcheck.core.errors import StoreError
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.store import Store, open_store
 from tests.conftest import envcheck_cmd
 
@@ -529,7 +529,7 @@ def test_token_from_variable_or_file(tmp_path: Path) -> None:
 
 SERVE = r"""
 import sys
-from envcheck.api import create_app, serve
+from envcheck.api.app import create_app, serve
 from envcheck.store import open_store
 
 with open_store(sys.argv[1]) as store:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from envcheck.catalogue import (
+from envcheck.catalogue.models import (
     Catalogue,
     Environment,
     Limits,
@@ -25,9 +25,9 @@ from envcheck.catalogue import (
     Timeouts,
     load_catalogue,
 )
-from envcheck.errors import CatalogueError, CatalogueIssue
-from envcheck.results import ProbeKind
-from envcheck.yamlsrc import SourceLimits, format_path, load_yaml
+from envcheck.catalogue.yamlsrc import SourceLimits, format_path, load_yaml
+from envcheck.core.errors import CatalogueError, CatalogueIssue
+from envcheck.core.results import ProbeKind
 
 DEMO = Path(__file__).resolve().parent.parent / "probes" / "demo.yaml"
 

@@ -24,7 +24,7 @@ def _command() -> list[str]:
     if beside.exists():
         return [str(beside)]
     found = shutil.which("envcheck")
-    return [found] if found else [sys.executable, "-m", "envcheck.cli"]
+    return [found] if found else [sys.executable, "-m", "envcheck.cli.app"]
 
 
 def envcheck(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

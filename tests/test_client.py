@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from envcheck.api import create_app, serve_in_thread
+from envcheck.api.app import create_app, serve_in_thread
 from envcheck.client import ApiError, EnvcheckClient, EnvcheckUnavailable
-from envcheck.exports import write_exports
+from envcheck.feed.exports import write_exports
 from envcheck.store import Store, open_store
 from tests.test_api import ALLOWED, QUARANTINED, TOKEN, seed
 

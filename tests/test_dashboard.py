@@ -23,11 +23,11 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from envcheck import dashboard_data
-from envcheck.api import create_app, serve_in_thread
-from envcheck.feed import allowlist, evaluate
-from envcheck.health import wilson_interval
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.api.app import create_app, serve_in_thread
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.dashboard import queries as dashboard_data
+from envcheck.feed.assess import allowlist, evaluate
+from envcheck.health.sprt import wilson_interval
 from envcheck.store import open_store
 from envcheck.store.views import EnvFilter
 from tests import dashboard_seed as fleet
@@ -636,7 +636,7 @@ def test_api_settings_read_the_process_environment(tmp_path: Path) -> None:
 
 
 def test_the_daemon_and_the_cli_do_not_import_streamlit() -> None:
-    code = ("import sys, envcheck.cli, envcheck.daemon, envcheck.api, envcheck.store; "
+    code = ("import sys, envcheck.cli.app, envcheck.daemon, envcheck.api.app, envcheck.store; "
             "assert 'streamlit' not in sys.modules, 'streamlit imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=ROOT)
 

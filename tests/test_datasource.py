@@ -29,18 +29,18 @@ import urllib3.exceptions as u3
 import yaml
 from typer.testing import CliRunner
 
-from envcheck.catalogue import DataSource, Environment, load_catalogue
-from envcheck.cli import app
-from envcheck.errors import CatalogueError, ImageMissing
-from envcheck.http import classify
-from envcheck.kinds.datasource import DataSourceChecker
-from envcheck.kinds.fingerprint import changes, fingerprint, shape_of
-from envcheck.kinds.sourcereport import SourceReport
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import run_cycle
+from envcheck.catalogue.models import DataSource, Environment, load_catalogue
+from envcheck.cli.app import app
+from envcheck.core.errors import CatalogueError, ImageMissing
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import run_cycle
+from envcheck.kinds.datasource.fingerprint import changes, fingerprint, shape_of
+from envcheck.kinds.datasource.probe import DataSourceChecker
+from envcheck.kinds.datasource.report import SourceReport
+from envcheck.net.http import classify
+from envcheck.net.secrets import REDACTED, Redactor, redact_url
 from envcheck.sandbox.base import SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
-from envcheck.secrets import REDACTED, Redactor, redact_url
 from envcheck.store import Store, open_store
 from tests.http_server import (
     MisbehavingServer,

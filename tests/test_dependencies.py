@@ -13,15 +13,15 @@ from typing import Any
 import docker
 import pytest
 
-from envcheck.catalogue import Catalogue, DependencySpec, Environment, load_catalogue
-from envcheck.errors import CatalogueError
+from envcheck.catalogue.models import Catalogue, DependencySpec, Environment, load_catalogue
+from envcheck.core.errors import CatalogueError
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import check_environment, new_run_id, run_cycle
 from envcheck.kinds import ProbeContext, load_probe
-from envcheck.kinds.depdiff import compare, same_version, satisfies
-from envcheck.kinds.dependencies import summarize
-from envcheck.kinds.deplock import LockError, Pin, format_lock, parse_lock
-from envcheck.kinds.depstate import SCRIPT, Installed, InstalledState, Step, parse_output
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import check_environment, new_run_id, run_cycle
+from envcheck.kinds.dependencies.diff import compare, same_version, satisfies
+from envcheck.kinds.dependencies.lock import LockError, Pin, format_lock, parse_lock
+from envcheck.kinds.dependencies.probe import summarize
+from envcheck.kinds.dependencies.state import SCRIPT, Installed, InstalledState, Step, parse_output
 from envcheck.sandbox.docker import DockerRuntime
 from tests.conftest import ROOT, envcheck_cmd
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envcheck.results import REASON_DOCS, Reason, Status
+from envcheck.core.results import REASON_DOCS, Reason, Status
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -17,7 +17,7 @@ from tests.conftest import DEMO, ROOT, envcheck_cmd
 NO_RAY = f"""
 import sys
 sys.modules["ray"] = None  # import ray -> ImportError, as without the extra
-from envcheck.cli import main
+from envcheck.cli.app import main
 sys.argv = ["envcheck", "check", {str(DEMO)!r}, "-e", "demo-healthy", "-p", "terminal",
             "--executor", "local"]
 try:
@@ -25,7 +25,7 @@ try:
 except SystemExit as exc:
     code = exc.code
 imported = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
-print("EXIT", code, "RAY", imported, "RAY_EXECUTOR", "envcheck.ray_executor" in sys.modules)
+print("EXIT", code, "RAY", imported, "RAY_EXECUTOR", "envcheck.executors.ray" in sys.modules)
 """
 
 
@@ -68,9 +68,9 @@ def test_an_unknown_executor_is_bad_input(cli_env: dict[str, str]) -> None:
 def test_a_remote_check_returns_results_and_shapes_and_writes_nothing() -> None:
     """The body of a Ray task, run here without Ray: results and observed data-source shapes
     come back to the caller, which alone writes them."""
-    from envcheck.catalogue import DataSource, load_catalogue
-    from envcheck.executors.remote import CheckTask, run_on_node
-    from envcheck.results import ProbeKind, Reason, Status
+    from envcheck.catalogue.models import DataSource, load_catalogue
+    from envcheck.core.results import ProbeKind, Reason, Status
+    from envcheck.executors.ray_task import CheckTask, run_on_node
     from tests.http_server import MisbehavingServer, ok
 
     env = load_catalogue([ROOT / "probes" / "demo-sources.yaml"]).environment(

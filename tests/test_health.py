@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envcheck.health import (
+from envcheck.core.results import ProbeKind, Status
+from envcheck.health.quarantine import QuarantineEntry, Source, allowed, decide, manual
+from envcheck.health.sprt import (
     EnvState,
     HealthPolicy,
     Observation,
@@ -16,8 +18,6 @@ from envcheck.health import (
     assess_kind,
     wilson_interval,
 )
-from envcheck.quarantine import QuarantineEntry, Source, allowed, decide, manual
-from envcheck.results import ProbeKind, Status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KIND = ProbeKind.TERMINAL

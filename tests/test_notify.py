@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session
 
-from envcheck.catalogue import Environment
-from envcheck.feed import CycleOutcome, set_quarantine_by_id
-from envcheck.logs import JsonFormatter
-from envcheck.notify import Notifier, RetryPolicy
-from envcheck.notify_config import WebhookConfig, WebhookConfigError, load_webhooks
-from envcheck.notify_payloads import fingerprint
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.catalogue.models import Environment
+from envcheck.core.logs import JsonFormatter
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.feed.assess import CycleOutcome, set_quarantine_by_id
+from envcheck.notify.config import WebhookConfig, WebhookConfigError, load_webhooks
+from envcheck.notify.notifier import Notifier, RetryPolicy
+from envcheck.notify.payloads import fingerprint
 from envcheck.store import Store, open_store
 from envcheck.store.deliveries import Delivery, DeliveryStatus, Subject
 from envcheck.store.tables import TransitionRow, WebhookRow

@@ -31,14 +31,14 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from envcheck.catalogue import Catalogue, load_catalogue  # noqa: E402
+from envcheck.catalogue.models import Catalogue, load_catalogue  # noqa: E402
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
 from envcheck.executors import RayOptions  # noqa: E402
-from envcheck.feed import assess_cycle, previous_statuses  # noqa: E402
-from envcheck.ray_executor import RayExecutor  # noqa: E402
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
-from envcheck.runner import new_run_id, run_cycle  # noqa: E402
+from envcheck.executors.cycle import new_run_id, run_cycle  # noqa: E402
+from envcheck.executors.ray import RayExecutor  # noqa: E402
+from envcheck.feed.assess import assess_cycle, previous_statuses  # noqa: E402
+from envcheck.kinds.collaborators import build_services  # noqa: E402
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_OWNER, DockerRuntime  # noqa: E402
-from envcheck.services import build_services  # noqa: E402
 from envcheck.store import Store, open_store  # noqa: E402
 from tests.conftest import SESSION_TAG, envcheck_cmd  # noqa: E402
 from tests.http_server import MisbehavingServer, ok  # noqa: E402
@@ -354,7 +354,7 @@ def test_check_with_an_unreachable_cluster_exits_3_at_once(cli_env: dict[str, st
 
 
 def test_ray_failures_map_to_infrastructure_reasons() -> None:
-    from envcheck.ray_executor import _reason
+    from envcheck.executors.ray import _reason
 
     assert _reason(ray.exceptions.TaskCancelledError()) is Reason.INTERRUPTED
     assert _reason(ray.exceptions.WorkerCrashedError()) is Reason.WORKER_LOST

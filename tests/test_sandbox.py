@@ -13,8 +13,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from envcheck.catalogue import Limits
-from envcheck.errors import EngineUnreachable, ImageMissing
+from envcheck.catalogue.models import Limits
+from envcheck.core.errors import EngineUnreachable, ImageMissing
 from envcheck.sandbox.base import CappedOutput, SandboxSpec
 from envcheck.sandbox.docker import (
     LABEL_ENV,

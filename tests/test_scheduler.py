@@ -22,16 +22,16 @@ import docker
 import pytest
 
 import envcheck.executors as executors_mod
-import envcheck.scheduler as scheduler_mod
-from envcheck.catalogue import MIN_SCHEDULE_ENV, Catalogue, Environment, load_catalogue
+import envcheck.schedule.scheduler as scheduler_mod
+from envcheck.catalogue.models import MIN_SCHEDULE_ENV, Catalogue, Environment, load_catalogue
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors import LocalExecutor
-from envcheck.feed import CycleOutcome, set_quarantine_by_id
+from envcheck.executors.cycle import ResultSink, Services
+from envcheck.feed.assess import CycleOutcome, set_quarantine_by_id
 from envcheck.kinds import Verdict, load_probe
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import ResultSink, Services
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 from envcheck.sandbox.docker import LABEL_TAG, DockerRuntime
-from envcheck.scheduler import ProbeScheduler
+from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from tests.conftest import SESSION_TAG
 

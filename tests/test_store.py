@@ -18,9 +18,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text, update
 from sqlmodel import SQLModel, col
 
-from envcheck.catalogue import Environment
-from envcheck.errors import StoreError
-from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.catalogue.models import Environment
+from envcheck.core.errors import StoreError
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.store import CheckRun, RunState, Store, default_database_url, open_store
 from envcheck.store.database import alembic_config
 

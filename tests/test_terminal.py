@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from envcheck.catalogue import Catalogue
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import new_run_id, run_cycle
+from envcheck.catalogue.models import Catalogue
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.sandbox.docker import DockerRuntime
 
 pytestmark = pytest.mark.docker

@@ -12,20 +12,20 @@ from typing import Any
 
 import pytest
 
-from envcheck.catalogue import (
+from envcheck.catalogue.models import (
     DEFAULT_RERUNS,
     Catalogue,
     Environment,
     TestSpec,
     load_catalogue,
 )
-from envcheck.errors import CatalogueError
+from envcheck.core.errors import CatalogueError
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.base import ProbeContext
-from envcheck.kinds.junit import Outcome, ReportError, match, parse_report, split_id
-from envcheck.kinds.testrun import ORACLE_DIR, network_error, render
-from envcheck.kinds.tests import CONFIRM, TestsProbe
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import new_run_id, run_cycle
+from envcheck.kinds.testvalidity.junit import Outcome, ReportError, match, parse_report, split_id
+from envcheck.kinds.testvalidity.probe import CONFIRM, TestsProbe
+from envcheck.kinds.testvalidity.runs import ORACLE_DIR, network_error, render
 from envcheck.sandbox.base import CappedOutput, ExecResult, SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
 from tests.conftest import ROOT

@@ -11,8 +11,8 @@ import envcheck_ui as ui
 import pandas as pd
 import streamlit as st
 
-from envcheck import dashboard_data as data
-from envcheck.results import REASON_DOCS, Reason
+from envcheck.core.results import REASON_DOCS, Reason
+from envcheck.dashboard import queries as data
 from envcheck.store.views import EnvFilter, StoredResult
 
 ctx = ui.context()

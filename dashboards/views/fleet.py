@@ -5,7 +5,7 @@ from __future__ import annotations
 import envcheck_ui as ui
 import streamlit as st
 
-from envcheck import dashboard_data as data
+from envcheck.dashboard import queries as data
 from envcheck.store.views import EnvFilter
 
 ctx = ui.context()

@@ -1,9 +1,10 @@
 """Executors: where the checks of a cycle run.
 
 ``local`` (the default) runs them in a thread pool against this host's Docker engine, as
-:func:`envcheck.runner.run_cycle` always has. ``ray`` runs each check of an environment as a
-Ray task on a worker node that declares the ``docker`` resource, against that node's engine
-(:mod:`envcheck.ray_executor`, imported only when chosen; ``pip install envcheck[ray]``).
+:func:`envcheck.executors.cycle.run_cycle` always has. ``ray`` runs each check of an
+environment as a Ray task on a worker node that declares the ``docker`` resource, against
+that node's engine (:mod:`envcheck.executors.ray`, imported only when chosen;
+``pip install envcheck[ray]``).
 
 Whatever the executor, results come back to the caller (the CLI or the daemon), which hands
 them to its sink: the caller stays the one writer of the store. The executor never writes
@@ -31,15 +32,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from envcheck.catalogue import Environment
-from envcheck.errors import InfraError
+from envcheck.catalogue.models import Environment
+from envcheck.core.errors import InfraError
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import ResultSink, Services, check_environment, run_cycle
 from envcheck.kinds import Verdict, load_probe
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import ResultSink, Services, check_environment, run_cycle
 from envcheck.sandbox.base import SandboxRuntime
 
 if TYPE_CHECKING:
-    from envcheck.kinds.sampling import ShapeStore
+    from envcheck.kinds.datasource.sampling import ShapeStore
 
 __all__ = [
     "Executor",
@@ -148,7 +149,7 @@ class Executor(Protocol):
         ...
 
     def ping(self) -> None:
-        """Raise an :class:`~envcheck.errors.InfraError` when checks cannot run (readiness)."""
+        """Raise an :class:`~envcheck.core.errors.InfraError` when checks cannot run (readiness)."""
 
     def close(self) -> None: ...
 
@@ -217,7 +218,7 @@ def open_executor(config: ExecutorConfig, *, shapes: ShapeStore | None = None) -
     """
     if config.kind is ExecutorKind.LOCAL:
         return LocalExecutor.from_env(config.concurrency)
-    from envcheck.ray_executor import RayExecutor  # the only place Ray is ever imported
+    from envcheck.executors.ray import RayExecutor  # the only place Ray is ever imported
 
     return RayExecutor.connect(config.ray, shapes=shapes)
 

@@ -9,16 +9,16 @@ import importlib
 from functools import cache
 from importlib.metadata import entry_points
 
+from envcheck.core.results import ProbeKind
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
-from envcheck.results import ProbeKind
 
 __all__ = ["KINDS", "Probe", "ProbeContext", "Verdict", "available_kinds", "load_probe"]
 
 KINDS: dict[str, str] = {
     ProbeKind.TERMINAL: "envcheck.kinds.terminal:TerminalProbe",
-    ProbeKind.DEPENDENCIES: "envcheck.kinds.dependencies:DependenciesProbe",
-    ProbeKind.TESTS: "envcheck.kinds.tests:TestsProbe",
-    ProbeKind.DATASOURCE: "envcheck.kinds.datasource:DatasourceProbe",
+    ProbeKind.DEPENDENCIES: "envcheck.kinds.dependencies.probe:DependenciesProbe",
+    ProbeKind.TESTS: "envcheck.kinds.testvalidity.probe:TestsProbe",
+    ProbeKind.DATASOURCE: "envcheck.kinds.datasource.probe:DatasourceProbe",
 }
 
 

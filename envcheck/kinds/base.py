@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
-from envcheck.catalogue import Environment
-from envcheck.clock import SYSTEM_CLOCK, Clock
-from envcheck.errors import InfraError, SandboxStartFailed
-from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.catalogue.models import Environment
+from envcheck.core.clock import SYSTEM_CLOCK, Clock
+from envcheck.core.errors import InfraError, SandboxStartFailed
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 
 __all__ = ["Probe", "ProbeContext", "Verdict"]

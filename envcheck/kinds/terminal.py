@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envcheck.catalogue import Environment
+from envcheck.catalogue.models import Environment
+from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
-from envcheck.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.sandbox.base import ExecResult, Sandbox, iter_lines
 
 __all__ = ["TerminalProbe"]

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from envcheck.catalogue import Limits
-from envcheck.results import CommandEvidence
+from envcheck.catalogue.models import Limits
+from envcheck.core.results import CommandEvidence
 
 __all__ = [
     "CappedOutput",
@@ -156,7 +156,7 @@ class Sandbox(Protocol):
 
 class SandboxRuntime(Protocol):
     def ping(self) -> None:
-        """Raise :class:`~envcheck.errors.EngineUnreachable` if the engine does not answer."""
+        """Raise :class:`~envcheck.core.errors.EngineUnreachable` if the engine does not answer."""
 
     def image_digest(self, image: str) -> str:
         """The image's content digest; raise ``ImageMissing`` if it is not on the host."""

@@ -38,7 +38,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from envcheck.errors import (
+from envcheck.core.errors import (
     EngineUnreachable,
     EnvcheckError,
     ImageMissing,

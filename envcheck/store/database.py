@@ -1,7 +1,7 @@
 """Database URLs, engines and migrations: everything backend-specific lives here.
 
 SQLite is the embedded default; PostgreSQL is for fleets. Connection failures surface as one
-:class:`~envcheck.errors.StoreError` whose message never contains the URL's password.
+:class:`~envcheck.core.errors.StoreError` whose message never contains the URL's password.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from envcheck.errors import ConfigError, StoreError
+from envcheck.core.errors import ConfigError, StoreError
 
 __all__ = ["create_store_engine", "default_database_url", "migrate", "normalise_url", "redact"]
 

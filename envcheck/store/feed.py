@@ -15,9 +15,9 @@ from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from envcheck.catalogue import Suite
-from envcheck.health import Observation
-from envcheck.results import ProbeKind, Status
+from envcheck.catalogue.models import Suite
+from envcheck.core.results import ProbeKind, Status
+from envcheck.health.sprt import Observation
 from envcheck.store.tables import (
     EnvironmentRow,
     EnvStateRow,

@@ -4,7 +4,7 @@ A full disk, a database restarting or locked past its timeout: the probes go on 
 results are not lost. ``envcheck check`` and the daemon both write runs and results through
 one :class:`PendingWrites`:
 
-- A write the store refuses (:class:`~envcheck.errors.StoreError`) is **held** in memory;
+- A write the store refuses (:class:`~envcheck.core.errors.StoreError`) is **held** in memory;
   while anything is held, new writes queue behind it, so a run is written before its results
   and a run's end after them. Run ids are made here (:func:`~envcheck.store.store.new_run`),
   so a run can be held like a result.
@@ -38,8 +38,8 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import DataError, IntegrityError
 from tenacity import Retrying, retry_if_result, stop_before_delay, wait_exponential
 
-from envcheck.errors import StoreError
-from envcheck.results import ProbeResult
+from envcheck.core.errors import StoreError
+from envcheck.core.results import ProbeResult
 from envcheck.store.database import redact
 from envcheck.store.store import Store, new_run
 from envcheck.store.tables import CheckRun, RunState

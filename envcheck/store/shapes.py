@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, bindparam, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
-from envcheck.errors import StoreError
+from envcheck.core.errors import StoreError
 from envcheck.store.tables import DataSourceShapeRow
 
 __all__ = ["FIRST_SEEN_ACTOR", "DataSourceShape", "ShapeRecords"]

@@ -24,9 +24,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
-from envcheck.catalogue import Environment
-from envcheck.errors import StoreError
-from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.catalogue.models import Environment
+from envcheck.core.errors import StoreError
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.store.database import create_store_engine, default_database_url, migrate, redact
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords

@@ -37,10 +37,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from envcheck.errors import StoreError
-from envcheck.health import EnvState
-from envcheck.quarantine import allowed
-from envcheck.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.errors import StoreError
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.health.quarantine import allowed
+from envcheck.health.sprt import EnvState
 from envcheck.store.tables import (
     CheckRun,
     DataSourceShapeRow,

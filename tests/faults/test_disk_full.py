@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.store import open_store
 from envcheck.store.pending import PendingWrites
 from tests.conftest import DEMO, envcheck_cmd

@@ -17,8 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from envcheck.catalogue import MIN_SCHEDULE_ENV, MIN_SCHEDULE_S
-from envcheck.yamlsrc import MAX_BYTES, MAX_BYTES_ENV, MAX_DEPTH, MAX_DEPTH_ENV, MAX_NODES_ENV
+from envcheck.catalogue.models import MIN_SCHEDULE_ENV, MIN_SCHEDULE_S
+from envcheck.catalogue.yamlsrc import (
+    MAX_BYTES,
+    MAX_BYTES_ENV,
+    MAX_DEPTH,
+    MAX_DEPTH_ENV,
+    MAX_NODES_ENV,
+)
 from tests.conftest import envcheck_cmd
 from tests.test_daemon import Daemons
 

@@ -185,7 +185,7 @@ suites:
 """, encoding="utf-8")
     env = {k: v for k, v in cli_env.items() if k != "COLUMNS"}
     proc = subprocess.run(
-        [sys.executable, "-m", "envcheck.cli", "check", str(catalogue), "--probe", "terminal"],
+        [sys.executable, "-m", "envcheck.cli.app", "check", str(catalogue), "--probe", "terminal"],
         env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 1, proc.stderr
     header, *rows = proc.stdout.splitlines()
@@ -204,6 +204,6 @@ suites:
 def test_version() -> None:
     from importlib.metadata import version
 
-    proc = subprocess.run([sys.executable, "-m", "envcheck.cli", "--version"],
+    proc = subprocess.run([sys.executable, "-m", "envcheck.cli.app", "--version"],
                           capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout == f"envcheck {version('envcheck')}\n"

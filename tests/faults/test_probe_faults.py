@@ -20,12 +20,12 @@ import pytest
 import requests
 import yaml
 
-from envcheck.api import create_app, serve_in_thread
-from envcheck.catalogue import load_catalogue
-from envcheck.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.runner import check_environment
+from envcheck.api.app import create_app, serve_in_thread
+from envcheck.catalogue.models import load_catalogue
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import check_environment
+from envcheck.kinds.collaborators import build_services
 from envcheck.sandbox.docker import DockerRuntime
-from envcheck.services import build_services
 from envcheck.store import Store, open_store
 from tests.conftest import DEMO
 from tests.http_server import MisbehavingServer, hang

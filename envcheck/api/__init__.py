@@ -1,0 +1,1 @@
+"""The HTTP API over the store (FastAPI)."""

@@ -1,0 +1,213 @@
+"""The HTTP API's documents: what each route returns and takes, as the OpenAPI spec shows it.
+
+Responses are built from store rows by the ``*.of`` constructors here, so the routes stay
+thin. Every error, whatever its status, has the one shape of :class:`Problem`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from envcheck.core.results import ProbeResult
+from envcheck.feed.assess import Allowlist
+from envcheck.store.tables import EnvStateRow, TransitionRow
+
+__all__ = [
+    "AllowlistOut",
+    "EnvironmentOut",
+    "EvidenceOut",
+    "FieldError",
+    "KindHealthOut",
+    "Problem",
+    "QuarantineChange",
+    "QuarantineChangeOut",
+    "QuarantineEntryOut",
+    "QuarantineOut",
+    "ResultOut",
+    "TransitionOut",
+    "WilsonOut",
+]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class FieldError(_Out):
+    field: str = Field(description="dotted path of the offending field, e.g. `reason`")
+    location: str = Field(description="where it was: body, path, query or header")
+    message: str
+    type: str = Field(description="pydantic's error type, e.g. `string_too_short`")
+
+
+class Problem(_Out):
+    """Every 4xx/5xx answer: a stable code for programs, a sentence for people."""
+
+    error: str = Field(description="stable code, e.g. `unknown_suite`, `invalid_token`")
+    reason: str = Field(description="what went wrong and what to do about it")
+    fields: list[FieldError] = Field(default_factory=list,
+                                     description="per-field errors of a 422 answer")
+
+
+class AllowlistOut(_Out):
+    suite: str
+    generation: int = Field(description="feed generation (newest transition id) it reflects")
+    allowed: list[str] = Field(description="environment ids a scheduler may use now, sorted")
+    excluded: dict[str, str] = Field(description="environment id -> why it is not allowed")
+    healthy_fraction: float = Field(description="allowed / members (0 for an empty suite)")
+
+    @classmethod
+    def of(cls, listing: Allowlist) -> AllowlistOut:
+        return cls(suite=listing.suite, generation=listing.generation, allowed=listing.allowed,
+                   excluded=listing.excluded,
+                   healthy_fraction=round(listing.healthy_fraction, 4))
+
+
+class QuarantineEntryOut(_Out):
+    env_id: str
+    suite: str
+    state: str = Field(description="health state: unknown, healthy, degraded, flaky, broken")
+    source: str = Field(description="`auto` (health model) or `manual` (a person)")
+    actor: str
+    reason: str
+    since: datetime | None
+    evidence: list[int] = Field(description="ids of the probe results that decided")
+
+    @classmethod
+    def of(cls, row: EnvStateRow) -> QuarantineEntryOut:
+        return cls(env_id=row.env_id, suite=row.suite, state=row.state,
+                   source=row.q_source or "auto", actor=row.q_actor or "",
+                   reason=row.q_reason or "", since=row.q_since, evidence=list(row.q_evidence))
+
+
+class QuarantineOut(_Out):
+    generation: int
+    count: int
+    quarantined: list[QuarantineEntryOut]
+
+
+class WilsonOut(_Out):
+    low: float
+    high: float
+
+
+class KindHealthOut(_Out):
+    """One probe kind's health, from the evidence of its current image digest and spec."""
+
+    state: str
+    reason: str
+    passes: int
+    failures: int
+    runs: int
+    failure_rate: float | None = Field(description="failures / runs; null before any run")
+    wilson: WilsonOut = Field(description="95% Wilson interval of the failure rate")
+    llr: float = Field(description="SPRT log-likelihood ratio (quarantine at +2.944)")
+    image_digest: str | None
+    spec_hash: str | None
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> KindHealthOut:
+        passes, failures = int(data.get("passes", 0)), int(data.get("failures", 0))
+        runs = passes + failures
+        low, high = (data.get("wilson") or [0.0, 1.0])[:2]
+        return cls(state=str(data.get("state", "unknown")), reason=str(data.get("reason", "")),
+                   passes=passes, failures=failures, runs=runs,
+                   failure_rate=round(failures / runs, 4) if runs else None,
+                   wilson=WilsonOut(low=low, high=high), llr=float(data.get("llr", 0.0)),
+                   image_digest=data.get("image_digest"), spec_hash=data.get("spec_hash"))
+
+
+class TransitionOut(_Out):
+    generation: int = Field(description="the transition's id: the feed generation it made")
+    at: datetime
+    old_state: str
+    new_state: str
+    was_quarantined: bool
+    quarantined: bool
+    actor: str
+    reason: str
+    evidence: list[int]
+    image_digest: str | None
+
+    @classmethod
+    def of(cls, row: TransitionRow) -> TransitionOut:
+        return cls(generation=row.id or 0, at=row.at, old_state=row.old_state,
+                   new_state=row.new_state, was_quarantined=row.was_quarantined,
+                   quarantined=row.quarantined, actor=row.actor, reason=row.reason,
+                   evidence=list(row.evidence), image_digest=row.image_digest)
+
+
+class EvidenceOut(_Out):
+    """One command a probe ran in the sandbox, with the head and tail of its output."""
+
+    command: str
+    exit_code: int | None
+    duration_s: float
+    output_head: str
+    output_tail: str
+    output_bytes: int
+    truncated: bool
+    timed_out: bool
+
+
+class ResultOut(_Out):
+    kind: str
+    status: str
+    reason: str
+    summary: str
+    started_at: datetime
+    duration_s: float
+    image_digest: str | None
+    spec_hash: str
+    details: dict[str, Any]
+    evidence: list[EvidenceOut]
+
+    @classmethod
+    def of(cls, result: ProbeResult) -> ResultOut:
+        return cls(kind=str(result.kind), status=str(result.status), reason=str(result.reason),
+                   summary=result.summary, started_at=result.started_at,
+                   duration_s=result.duration_s, image_digest=result.image_digest,
+                   spec_hash=result.spec_hash, details=result.details,
+                   evidence=[EvidenceOut(**e.to_json()) for e in result.evidence])
+
+
+class EnvironmentOut(_Out):
+    env_id: str
+    suite: str
+    generation: int
+    state: str
+    reason: str
+    allowed: bool = Field(description="in its suite's allowlist now")
+    image_digest: str | None
+    updated_at: datetime | None = Field(description="when the health model last assessed it")
+    quarantine: QuarantineEntryOut | None
+    kinds: dict[str, KindHealthOut] = Field(description="probe kind -> its health")
+    history: list[TransitionOut] = Field(description="its transitions, newest first")
+    latest_results: list[ResultOut] = Field(description="the newest result of each probe kind")
+
+
+_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+_Actor = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class QuarantineChange(BaseModel):
+    """Body of a manual quarantine or release. The reason goes into the audit trail."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: _Text = Field(description="why (required): shown to everyone reading the feed")
+    actor: _Actor | None = Field(None, description="who; default `api`. Name a person: the "
+                                                   "token is shared, the audit trail is not")
+
+
+class QuarantineChangeOut(_Out):
+    env_id: str
+    changed: bool = Field(description="false when it already was as asked (nothing written)")
+    quarantined: bool = Field(description="quarantined after the request")
+    generation: int = Field(description="feed generation after the request")
+    transition: TransitionOut | None
+    exports_written: bool = Field(description="the export files were rewritten (false when "
+                                              "nothing changed or writing them failed)")

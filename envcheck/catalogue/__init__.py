@@ -1,0 +1,1 @@
+"""The catalogue: YAML with source lines, validated once into frozen models."""

@@ -1,0 +1,5 @@
+"""``python -m envcheck.cli``."""
+
+from envcheck.cli.app import main
+
+main()

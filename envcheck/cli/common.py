@@ -1,0 +1,64 @@
+"""What every command shares: consoles, exit codes, loading a catalogue or exiting 2, opening
+the store (a data directory that cannot be created is bad input: exit 2; a store that does
+not answer is envcheck's infrastructure: exit 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.core.errors import CatalogueError, ConfigError, StoreError
+
+if TYPE_CHECKING:
+    from envcheck.store import Store
+
+__all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "config_error_exit", "err",
+           "load_or_exit", "open_store_or_exit", "out", "store_url_or_exit"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+err = Console(stderr=True)
+out = Console()
+
+
+def load_or_exit(paths: Sequence[Path]) -> Catalogue:
+    try:
+        return load_catalogue(paths)
+    except CatalogueError as exc:
+        for issue in exc.issues:
+            err.print(f"[red]error[/red] {escape(str(issue))}", highlight=False, soft_wrap=True)
+        err.print(f"{len(exc.issues)} problem(s) in the catalogue")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def config_error_exit(exc: ConfigError) -> typer.Exit:
+    """Print a configuration error as one line; the exit (2) for the caller to raise."""
+    err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def store_url_or_exit(url: str | None) -> str:
+    """The store URL: ``url``, else the default (which creates the data directory)."""
+    from envcheck.store import default_database_url
+
+    try:
+        return url or default_database_url()
+    except ConfigError as exc:
+        raise config_error_exit(exc) from None
+
+
+def open_store_or_exit(url: str | None) -> Store:
+    from envcheck.store import open_store
+
+    resolved = store_url_or_exit(url)
+    try:
+        return open_store(resolved)
+    except StoreError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INFRA) from None

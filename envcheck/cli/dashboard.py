@@ -1,0 +1,111 @@
+"""``envcheck dashboard``: serve the Streamlit dashboard on 127.0.0.1.
+
+The app lives in the repository's ``dashboards/`` folder (next to ``probes/`` and ``images/``),
+so it runs from a checkout, with the venv that ``scripts/setup.sh`` builds (an editable
+install): it is found relative to this package, or given with ``--app`` /
+``$ENVCHECK_DASHBOARD_APP``. Streamlit runs in a child process (``python -m streamlit run``),
+headless, without usage statistics, bound to 127.0.0.1 only; this command never imports
+streamlit itself. The store URL and the API URL travel to it in its environment, not on its
+command line, where ``ps`` would show a password.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from envcheck.cli.common import (
+    EXIT_INFRA,
+    EXIT_USAGE,
+    err,
+    open_store_or_exit,
+    out,
+    store_url_or_exit,
+)
+from envcheck.store.database import URL_ENV, redact
+
+__all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
+
+APP_ENV = "ENVCHECK_DASHBOARD_APP"
+API_URL_ENV = "ENVCHECK_API_URL"  # read by envcheck.dashboard.queries
+DEFAULT_PORT = 8501
+HOST = "127.0.0.1"
+
+
+def dashboard_app(explicit: Path | None = None) -> Path | None:
+    """The app's entry script: ``explicit``, ``$ENVCHECK_DASHBOARD_APP``, or ``dashboards/app.py``
+    of the checkout this package was installed from; None if there is none."""
+    chosen = explicit or (Path(os.environ[APP_ENV]) if os.environ.get(APP_ENV) else None)
+    if chosen is not None:
+        return chosen.resolve() if chosen.is_file() else None
+    candidate = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+    return candidate if candidate.is_file() else None
+
+
+def streamlit_command(app: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(app),
+            "--server.address", HOST, "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer",
+            "--global.developmentMode", "false"]
+
+
+def dashboard(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port on 127.0.0.1")
+                    ] = DEFAULT_PORT,
+    database: Annotated[str | None, typer.Option("--database", envvar=URL_ENV,
+                                                 help="store URL (default: SQLite)")] = None,
+    api_url: Annotated[str | None, typer.Option(
+        "--api-url", envvar=API_URL_ENV, help="envcheck's HTTP API (the daemon's port), for "
+        "quarantine changes with ENVCHECK_API_TOKEN[_FILE]; without it the dashboard is "
+        "read-only")] = None,
+    app_path: Annotated[Path | None, typer.Option(
+        "--app", help=f"the app's entry script (default: ${APP_ENV}, else dashboards/app.py "
+        "of this checkout)")] = None,
+) -> None:
+    """Serve the dashboard (fleet, environments, quarantine, data sources) on 127.0.0.1."""
+    if importlib.util.find_spec("streamlit") is None:
+        err.print("[red]error[/red] streamlit is not installed: pip install -e '.[dashboard]'")
+        raise typer.Exit(EXIT_USAGE)
+    app = dashboard_app(app_path)
+    if app is None:
+        err.print("[red]error[/red] the dashboard app is not found: it ships in the repository's "
+                  f"dashboards/ folder; run from a checkout or pass --app (or ${APP_ENV})")
+        raise typer.Exit(EXIT_USAGE)
+    url = store_url_or_exit(database)
+    open_store_or_exit(url).close()  # a wrong URL fails here, not in the browser
+    env = dict(os.environ)
+    env[URL_ENV] = url
+    if api_url:
+        env[API_URL_ENV] = api_url
+    out.print(f"envcheck dashboard on http://{HOST}:{port} (store {escape(redact(url))}; "
+              f"{'changes through ' + escape(api_url) if api_url else 'read-only'})",
+              highlight=False, soft_wrap=True)
+    child = subprocess.Popen(streamlit_command(app, port), env=env)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        code = child.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached both; let streamlit finish its shutdown
+        try:
+            code = child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code not in (0, -signal.SIGTERM, -signal.SIGINT, 130):
+        err.print(f"[red]error[/red] streamlit exited with status {code}")
+        raise typer.Exit(EXIT_INFRA)

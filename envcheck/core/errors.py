@@ -1,0 +1,116 @@
+"""envcheck's one exception tree. Exceptions are for envcheck's own faults only.
+
+::
+
+    EnvcheckError
+    ├── CatalogueError (ValueError)        a catalogue file is malformed; carries every issue
+    ├── ConfigError (ValueError)           a setting the user gave (a path, an environment
+    │                                       variable) cannot be used: bad input, like the above
+    ├── StoreError                          the result store is unreachable or inconsistent
+    └── InfraError                          envcheck's infrastructure failed; maps to Status.ERROR
+        ├── EngineUnreachable               the Docker engine does not answer
+        ├── ImageMissing (LookupError)      the image is not present on the host
+        ├── SandboxFailed                   a container could not be created or died under us
+        ├── SecretUnavailable               a data source's secret env var or file is missing
+        └── ExecutorUnavailable             no worker can run checks (e.g. Ray cluster unreachable)
+    SandboxStartFailed                      the *image* cannot start a container: an environment
+                                            verdict in transit, turned into a result by the probe
+                                            base and never raised past it
+
+Third-party errors (docker, requests) are translated into these, or into reason codes,
+at one boundary per backend (``envcheck.sandbox.docker``, ``envcheck.net.http``), never deeper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envcheck.core.results import Reason
+
+__all__ = [
+    "CatalogueError",
+    "CatalogueIssue",
+    "ConfigError",
+    "EngineUnreachable",
+    "EnvcheckError",
+    "ExecutorUnavailable",
+    "ImageMissing",
+    "InfraError",
+    "SandboxFailed",
+    "SandboxStartFailed",
+    "SecretUnavailable",
+    "StoreError",
+]
+
+
+class EnvcheckError(Exception):
+    """Root of every exception envcheck raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueIssue:
+    file: str
+    line: int | None
+    key: str
+    message: str
+
+    def location(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def __str__(self) -> str:
+        key = f" {self.key}:" if self.key else ""
+        return f"{self.location()}:{key} {self.message}"
+
+
+class CatalogueError(EnvcheckError, ValueError):
+    def __init__(self, issues: list[CatalogueIssue]) -> None:
+        self.issues = issues
+        super().__init__("\n".join(str(i) for i in issues))
+
+
+class ConfigError(EnvcheckError, ValueError):
+    """A setting the user gave cannot be used (e.g. a data directory that cannot be created).
+    Its message is one line naming the setting, what is wrong and how to fix it."""
+
+
+class StoreError(EnvcheckError):
+    pass
+
+
+class InfraError(EnvcheckError):
+    """envcheck could not do its job; the affected results get ``Status.ERROR``."""
+
+    reason: Reason = Reason.CHECKER_CRASHED
+
+
+class EngineUnreachable(InfraError):
+    reason = Reason.ENGINE_UNREACHABLE
+
+
+class ImageMissing(InfraError, LookupError):
+    reason = Reason.IMAGE_MISSING
+
+
+class SandboxFailed(InfraError):
+    reason = Reason.CHECKER_CRASHED
+
+
+class SecretUnavailable(InfraError):
+    """A deployment problem (the secret was not provided), never the environment's fault."""
+
+    reason = Reason.SECRET_UNAVAILABLE
+
+
+class ExecutorUnavailable(InfraError):
+    """The executor has nowhere to run checks: its cluster is unreachable or has no node
+    with a Docker engine."""
+
+    reason = Reason.NODE_UNAVAILABLE
+
+
+class SandboxStartFailed(EnvcheckError):
+    """The environment's image could not start a container (its defect, not envcheck's)."""
+
+    def __init__(self, message: str, duration_s: float = 0.0) -> None:
+        self.duration_s = duration_s
+        super().__init__(message)

@@ -1,0 +1,1 @@
+"""What the Streamlit dashboard reads: plain functions over the store."""

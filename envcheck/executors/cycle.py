@@ -1,0 +1,93 @@
+"""A check cycle: probe environments and hand each result on as it is made.
+
+Used alike by ``envcheck check`` and the daemon, so both produce the same results.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
+from typing import Any
+
+from envcheck.catalogue.models import Environment
+from envcheck.core.errors import InfraError
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.kinds import ProbeContext, Verdict, load_probe
+from envcheck.sandbox.base import SandboxRuntime
+
+__all__ = ["ResultSink", "Services", "check_environment", "new_run_id", "run_cycle", "unchecked"]
+
+log = logging.getLogger(__name__)
+
+ResultSink = Callable[[ProbeResult], None]
+# Cycle-wide collaborators by type, built by the composition root (see ProbeContext.service).
+Services = Mapping[type[Any], object]
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _infra_results(env: Environment, kinds: Sequence[ProbeKind], exc: InfraError,
+                   digest: str | None = None) -> list[ProbeResult]:
+    verdict = Verdict(Status.ERROR, exc.reason, str(exc))
+    return [load_probe(kind).result(env, verdict, 0.0, digest) for kind in kinds]
+
+
+def unchecked(envs: Sequence[Environment], kinds: Sequence[ProbeKind],
+              exc: InfraError) -> list[ProbeResult]:
+    """Results for a cycle envcheck could not run at all (e.g. the engine is down)."""
+    return [r for env in envs for r in _infra_results(env, kinds, exc)]
+
+
+def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: SandboxRuntime,
+                      run_id: str, sink: ResultSink | None = None,
+                      services: Services | None = None) -> list[ProbeResult]:
+    """Run ``kinds`` on one environment; read-only probes share one container."""
+    results: list[ProbeResult] = []
+
+    def emit(result: ProbeResult) -> None:
+        results.append(result)
+        if sink is not None:
+            sink(result)
+
+    try:
+        digest = runtime.image_digest(env.image)
+    except InfraError as exc:
+        for result in _infra_results(env, kinds, exc):
+            emit(result)
+        return results
+    with ExitStack() as stack:
+        ctx = ProbeContext(env, run_id, runtime, digest, stack, services)
+        for kind in kinds:
+            emit(load_probe(kind).run(ctx))
+    return results
+
+
+def run_cycle(envs: Sequence[Environment], kinds: Sequence[ProbeKind], runtime: SandboxRuntime,
+              run_id: str, sink: ResultSink | None = None,
+              concurrency: int = 2, services: Services | None = None) -> list[ProbeResult]:
+    """Check environments ``concurrency`` at a time; ``sink`` sees results as they come."""
+    results: list[ProbeResult] = []
+    pool = ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="envcheck")
+    try:
+        futures = [pool.submit(check_environment, env, kinds, runtime, run_id, sink, services)
+                   for env in envs]
+        for future in as_completed(futures):
+            results.extend(future.result())
+    except BaseException:
+        # Interrupted: start nothing new; in-flight probes finish and remove their containers.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    order = {env.id: i for i, env in enumerate(envs)}
+    results.sort(key=lambda r: (order[r.env_id], list(ProbeKind).index(r.kind)))
+    return results
+
+
+def interrupted(env: Environment, kind: ProbeKind, digest: str | None = None) -> ProbeResult:
+    verdict = Verdict(Status.ERROR, Reason.INTERRUPTED, "the check run was interrupted")
+    return load_probe(kind).result(env, verdict, 0.0, digest)

@@ -1,0 +1,341 @@
+"""The Ray executor: each check of an environment is a Ray task on a node with a Docker engine.
+
+Imported only when ``executor: ray`` is chosen (``pip install envcheck[ray]``).
+
+Placement is Ray's: every task asks for ``docker_per_task`` of the custom ``docker``
+resource (and ``num_cpus``), each node declares how many sandboxes its engine takes, so Ray
+bounds the concurrency per node; nothing here schedules. A data source with ``node: NAME``
+pins the ``datasource`` checks that use it to nodes declaring the resource ``NAME``.
+
+On the node the task (:func:`envcheck.executors.ray_task.run_on_node`) builds its own engine
+client from the node's environment and runs the same check as the local executor. Results
+(and the data-source shapes it observed) are *returned*; the caller writes them. So:
+
+- a node that dies mid-task loses nothing: Ray retries the task elsewhere (``max_retries``);
+  the dead attempt returned nothing, so it is recorded nowhere, and its containers, labelled
+  with their owner process, are removed by the next envcheck reaper on that host;
+- retries exhausted: the check is recorded as ``error``/``worker_lost``, never ``fail``;
+- a task no live node can take (its pinned node is gone) is ``error``/``node_unavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeAlias
+
+import ray
+import ray.exceptions
+
+from envcheck.catalogue.models import DataSource, Environment
+from envcheck.core.clock import SYSTEM_CLOCK
+from envcheck.core.errors import ExecutorUnavailable, InfraError
+from envcheck.core.results import ProbeKind, ProbeResult, Reason
+from envcheck.executors import RayOptions, infra_results
+from envcheck.executors.cycle import ResultSink, Services
+from envcheck.executors.ray_task import CheckTask, Observation, Shape, TaskOutcome, run_on_node
+from envcheck.kinds.datasource.probe import DataSourceChecker
+from envcheck.kinds.datasource.sampling import ShapeStore
+from envcheck.kinds.datasource.shapewrites import ThrottledShapes
+
+__all__ = ["RayExecutor"]
+
+log = logging.getLogger(__name__)
+
+# A pinned node resource is asked for in a sliver: it selects nodes, the docker resource
+# bounds the concurrency.
+PIN_AMOUNT = 0.001
+_POLL_S = 1.0
+_NODES_TTL_S = 5.0
+_KIND_ORDER = {kind: i for i, kind in enumerate(ProbeKind)}
+
+
+Ref: TypeAlias = ray.ObjectRef["TaskOutcome"]
+# ray.nodes() is untyped; named here once, typed.
+_ray_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes
+
+
+@dataclass(slots=True)
+class _Job:
+    task: CheckTask
+    resources: dict[str, float]
+    unschedulable_since: float | None = None
+    # When it was submitted (wall clock, monotonic): a task that dies or is never placed
+    # is recorded as an attempt from then, not as one that started when its failure came.
+    submitted_at: datetime | None = None
+    submitted: float = 0.0
+
+    def waited_s(self) -> float:
+        if self.submitted_at is None:
+            return 0.0
+        return max(SYSTEM_CLOCK.monotonic() - self.submitted, 0.0)
+
+
+def _reason(exc: BaseException) -> Reason:
+    if isinstance(exc, ray.exceptions.TaskCancelledError):
+        return Reason.INTERRUPTED
+    if isinstance(exc, ray.exceptions.OutOfMemoryError):
+        return Reason.CHECKER_OOM
+    if isinstance(exc, ray.exceptions.TaskUnschedulableError | ray.exceptions.RuntimeEnvSetupError):
+        return Reason.NODE_UNAVAILABLE
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        return Reason.CHECKER_CRASHED  # envcheck's own code raised on the node
+    return Reason.WORKER_LOST  # the worker, its node or its result died with every retry
+
+
+def _feasible(resources: Mapping[str, float], nodes: Sequence[Mapping[str, Any]]) -> bool:
+    return any(node.get("Alive") and all(node.get("Resources", {}).get(name, 0.0) >= amount
+                                         for name, amount in resources.items())
+               for node in nodes)
+
+
+def _preflight(address: str, timeout_s: float) -> None:
+    """ray.init waits on an unreachable address for minutes: try it ourselves first."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ExecutorUnavailable(f"Ray cluster unreachable at {address}: {exc}") from exc
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, options: RayOptions, *, shapes: ShapeStore | None = None,
+                 owns_ray: bool = False) -> None:
+        self._options = options
+        self._owns = owns_ray
+        # The caller's store, written here in the caller: nodes only return observations.
+        self._shapes = ThrottledShapes(shapes, SYSTEM_CLOCK) if shapes is not None else None
+        self._store = shapes
+        self._remote = ray.remote(run_on_node)
+        self._nodes: list[dict[str, Any]] = []
+        self._nodes_at = float("-inf")
+        self._nodes_lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None) -> RayExecutor:
+        """Join the running cluster (or use the Ray this process already joined); never
+        start one: a cluster is the operator's (``ray start``)."""
+        if ray.is_initialized():
+            return cls(options, shapes=shapes)
+        address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
+        if address != "auto":
+            _preflight(address, options.connect_timeout_s)
+        try:
+            ray.init(address=address, namespace="envcheck", log_to_driver=False,
+                     logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
+            raise ExecutorUnavailable(f"cannot join the Ray cluster at {address}: {exc}"
+                                      ) from exc
+        executor = cls(options, shapes=shapes, owns_ray=True)
+        if executor.capacity() == 0:
+            executor.close()
+            raise ExecutorUnavailable(f"no live Ray node declares the "
+                                      f"{options.docker_resource!r} resource")
+        return executor
+
+    # --- the Executor protocol --------------------------------------------------------------
+
+    def check(self, env: Environment, kinds: Sequence[ProbeKind], run_id: str,
+              sink: ResultSink | None = None,
+              services: Services | None = None) -> list[ProbeResult]:
+        return self.run_cycle([env], kinds, run_id, sink, services)
+
+    def run_cycle(self, envs: Sequence[Environment], kinds: Sequence[ProbeKind], run_id: str,
+                  sink: ResultSink | None = None,
+                  services: Services | None = None) -> list[ProbeResult]:
+        results: list[ProbeResult] = []
+
+        def emit(batch: Sequence[ProbeResult]) -> None:
+            for result in sorted(batch, key=lambda r: _KIND_ORDER[r.kind]):
+                results.append(result)
+                if sink is not None:
+                    sink(result)
+
+        found = services.get(DataSourceChecker) if services is not None else None
+        checker = found if isinstance(found, DataSourceChecker) else None
+        pending: dict[Ref, _Job] = {}
+        nodes = self._live_nodes()
+        accepted: dict[str, Shape | None] = {}
+        try:
+            for env in envs:
+                for job in self._jobs(env, kinds, run_id, checker, accepted):
+                    if not _feasible(job.resources, nodes):
+                        emit(self._unplaceable(job))
+                        continue
+                    job.submitted_at = SYSTEM_CLOCK.now()
+                    job.submitted = SYSTEM_CLOCK.monotonic()
+                    pending[self._submit(job)] = job
+            self._collect(pending, emit)
+        except BaseException:
+            self._abandon(pending)
+            raise
+        order = {env.id: i for i, env in enumerate(envs)}
+        results.sort(key=lambda r: (order[r.env_id], _KIND_ORDER[r.kind]))
+        return results
+
+    def capacity(self) -> int:
+        slots = sum(n.get("Resources", {}).get(self._options.docker_resource, 0.0)
+                    for n in self._live_nodes(refresh=True) if n.get("Alive"))
+        return int(slots / self._options.docker_per_task)
+
+    def ping(self) -> None:
+        if not ray.is_initialized():
+            raise ExecutorUnavailable("not connected to a Ray cluster")
+        if self.capacity() == 0:
+            raise ExecutorUnavailable(f"no live Ray node declares the "
+                                      f"{self._options.docker_resource!r} resource")
+
+    def close(self) -> None:
+        if self._owns and ray.is_initialized():
+            ray.shutdown()
+        self._owns = False
+
+    # --- submitting ---------------------------------------------------------------------
+
+    def _jobs(self, env: Environment, kinds: Sequence[ProbeKind], run_id: str,
+              checker: DataSourceChecker | None,
+              accepted: dict[str, Shape | None]) -> list[_Job]:
+        """One task per environment, or two when its data sources pin the datasource probe
+        to a node (the other kinds need not go there)."""
+        base = {self._options.docker_resource: self._options.docker_per_task}
+        sources: tuple[DataSource, ...] | None = None
+        if ProbeKind.DATASOURCE in kinds and checker is not None:
+            sources = tuple(self._sources(env, checker))
+            for source in sources:
+                if source.id not in accepted:
+                    accepted[source.id] = self._accepted(source.id)
+        snapshot = {s.id: accepted.get(s.id) for s in sources or ()}
+        pins = {s.node for s in sources or () if s.node is not None}
+        if not pins:
+            return [_Job(CheckTask(env, tuple(kinds), run_id, sources, snapshot), base)]
+        others = tuple(k for k in kinds if k is not ProbeKind.DATASOURCE)
+        jobs = [_Job(CheckTask(env, others, run_id), base)] if others else []
+        pinned = {**base, **dict.fromkeys(sorted(pins), PIN_AMOUNT)}
+        jobs.append(_Job(CheckTask(env, (ProbeKind.DATASOURCE,), run_id, sources, snapshot),
+                         pinned))
+        return jobs
+
+    @staticmethod
+    def _sources(env: Environment, checker: DataSourceChecker) -> list[DataSource]:
+        found: list[DataSource] = []
+        for source_id in env.data_sources:
+            # unknown here: the node's checker says so in the result, as locally
+            with contextlib.suppress(InfraError):
+                found.append(checker.source(source_id))
+        return found
+
+    def _accepted(self, source_id: str) -> Shape | None:
+        if self._store is None:
+            return None
+        try:
+            record = self._store.accepted_shape(source_id)
+        except Exception:  # the store is the caller's business; the probe reports drift
+            log.exception("reading the accepted shape of %s failed", source_id)
+            return None
+        return Shape(record.fingerprint, record.shape) if record is not None else None
+
+    def _submit(self, job: _Job) -> Ref:
+        options = self._options
+        env_vars = {name: os.environ[name] for name in options.forward_env
+                    if os.environ.get(name)}
+        extra: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
+        return self._remote.options(
+            num_cpus=options.num_cpus, resources=job.resources,
+            max_retries=options.max_retries, retry_exceptions=False,
+            name=f"envcheck:{job.task.env.id}", **extra,
+        ).remote(job.task)
+
+    # --- collecting ---------------------------------------------------------------------
+
+    def _collect(self, pending: dict[Ref, _Job],
+                 emit: Callable[[Sequence[ProbeResult]], None]) -> None:
+        watched = time.monotonic()
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
+            if ready and len(pending) > 1:  # and whatever else is done by now
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in ready:
+                job = pending.pop(ref)
+                emit(self._outcome(ref, job))
+            if time.monotonic() - watched >= _NODES_TTL_S:
+                watched = time.monotonic()
+                for ref in self._stranded(pending):
+                    job = pending.pop(ref)
+                    ray.cancel(ref)  # queued on no node: nothing runs, nothing to clean
+                    emit(self._unplaceable(job))
+
+    def _outcome(self, ref: Ref, job: _Job) -> list[ProbeResult]:
+        task = job.task
+        try:
+            outcome: TaskOutcome = ray.get(ref, timeout=60.0)
+        except ray.exceptions.RayError as exc:
+            reason = _reason(exc)
+            log.warning("check of %s on Ray failed: %s", task.env.id, reason,
+                        extra={"env": task.env.id, "error": str(exc)[:500]})
+            return infra_results(task.env, task.kinds, reason,
+                                 f"the Ray task failed ({type(exc).__name__}): "
+                                 f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                                 started_at=job.submitted_at, duration_s=job.waited_s())
+        self._write_shapes(outcome.observations)
+        return list(outcome.results)
+
+    def _write_shapes(self, observations: Sequence[Observation]) -> None:
+        if self._shapes is None:
+            return
+        for o in observations:
+            try:
+                self._shapes.observe_shape(o.source_id, o.fingerprint, o.shape, o.at,
+                                           count=o.count, auto_accept=o.auto_accept)
+            except Exception:  # a lost fingerprint write must not lose the result
+                log.exception("writing the shape of %s failed", o.source_id)
+
+    def _stranded(self, pending: Mapping[Ref, _Job]) -> list[Ref]:
+        """Tasks that no live node could take for longer than the grace period."""
+        if not pending:
+            return []
+        nodes, now, out = self._live_nodes(refresh=True), time.monotonic(), []
+        for ref, job in pending.items():
+            if _feasible(job.resources, nodes):
+                job.unschedulable_since = None
+            elif job.unschedulable_since is None:
+                job.unschedulable_since = now
+            elif now - job.unschedulable_since >= self._options.unschedulable_grace_s:
+                out.append(ref)
+        return out
+
+    def _unplaceable(self, job: _Job) -> list[ProbeResult]:
+        wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(job.resources.items()))
+        return infra_results(job.task.env, job.task.kinds, Reason.NODE_UNAVAILABLE,
+                             f"no live Ray node offers {wanted}",
+                             started_at=job.submitted_at, duration_s=job.waited_s())
+
+    def _abandon(self, pending: Mapping[Ref, _Job]) -> None:
+        """Interrupted: queued tasks are dropped, running ones interrupted (their sandboxes
+        are removed on the way out); wait a bounded while for them to end."""
+        refs = list(pending)
+        for ref in refs:
+            try:
+                ray.cancel(ref)
+            except Exception as exc:  # best effort, on the way out
+                log.warning("cancelling a Ray task failed: %s", exc)
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=30.0)
+
+    def _live_nodes(self, refresh: bool = False) -> list[dict[str, Any]]:
+        with self._nodes_lock:
+            now = time.monotonic()
+            if refresh or now - self._nodes_at > _NODES_TTL_S:
+                self._nodes = [n for n in _ray_nodes() if n.get("Alive")]
+                self._nodes_at = now
+            return self._nodes

@@ -1,0 +1,145 @@
+"""What a Ray task carries and does on its node; no Ray import here (see ray_executor).
+
+The node builds its own engine client from its environment (``DOCKER_HOST``, ...), once per
+worker process, and reaps what dead workers left on that engine; runs the same
+:func:`~envcheck.executors.cycle.check_environment` as the local executor, with no sink; and returns
+the results with the data-source shapes it observed. It writes nothing: the caller does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from envcheck.catalogue.models import DataSource, Environment
+from envcheck.core.errors import InfraError
+from envcheck.core.results import ProbeKind, ProbeResult
+from envcheck.executors.cycle import Services, check_environment, unchecked
+from envcheck.kinds.datasource.probe import DataSourceChecker
+from envcheck.sandbox.docker import DockerRuntime
+
+__all__ = ["CheckTask", "Observation", "RecordingShapes", "Shape", "TaskOutcome", "run_on_node"]
+
+log = logging.getLogger(__name__)
+
+
+# --- what travels ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    fingerprint: str
+    shape: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A data-source shape seen on a node, for the caller to write (ShapeStore.observe_shape)."""
+
+    source_id: str
+    fingerprint: str
+    shape: Any
+    at: datetime
+    count: int
+    auto_accept: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTask:
+    env: Environment
+    kinds: tuple[ProbeKind, ...]
+    run_id: str
+    # The environment's data sources, or None when the caller has no data-source checker
+    # (then a datasource probe is an error on the node too, as it would be locally).
+    sources: tuple[DataSource, ...] | None = None
+    accepted: Mapping[str, Shape | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    results: tuple[ProbeResult, ...]
+    observations: tuple[Observation, ...] = ()
+
+
+# --- on the node ----------------------------------------------------------------------------
+
+
+class RecordingShapes:
+    """The node's ShapeStore: accepted shapes from the caller's snapshot, observations kept
+    to be returned (the node never writes the store)."""
+
+    def __init__(self, accepted: Mapping[str, Shape | None]) -> None:
+        self._accepted = dict(accepted)
+        self._lock = threading.Lock()
+        self.observed: list[Observation] = []
+
+    def accepted_shape(self, source_id: str) -> Shape | None:
+        with self._lock:
+            return self._accepted.get(source_id)
+
+    def observe_shape(self, source_id: str, fingerprint: str, shape: Any, at: datetime, *,
+                      count: int = 1, auto_accept: bool = False) -> Shape:
+        seen = Shape(fingerprint, shape)
+        with self._lock:
+            self.observed.append(Observation(source_id, fingerprint, shape, at, count,
+                                             auto_accept))
+            if auto_accept and self._accepted.get(source_id) is None:
+                self._accepted[source_id] = seen
+        return seen
+
+
+class _NodeRuntime:
+    """This worker process's engine client, built once from the node's environment."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runtime: DockerRuntime | None = None
+
+    def get(self) -> DockerRuntime:
+        with self._lock:
+            if self._runtime is None:
+                runtime = DockerRuntime.from_env()
+                try:
+                    runtime.reap()  # containers of workers that died here, e.g. with a node
+                except InfraError as exc:
+                    log.warning("reaping leftovers failed: %s", exc)
+                self._runtime = runtime
+            return self._runtime
+
+
+_node_runtime = _NodeRuntime()
+
+
+def run_on_node(task: CheckTask) -> TaskOutcome:
+    """The body of a Ray task (a plain function: runs without Ray too)."""
+    where = {"node_id": _node_id(), "host": socket.gethostname()}
+    try:
+        runtime = _node_runtime.get()
+    except InfraError as exc:
+        results = unchecked([task.env], task.kinds, exc)
+        return TaskOutcome(tuple(_placed(r, where) for r in results))
+    shapes = RecordingShapes(task.accepted)
+    services: Services | None = None
+    if task.sources is not None:
+        services = {DataSourceChecker: DataSourceChecker(task.sources, shapes)}
+    results = check_environment(task.env, task.kinds, runtime, task.run_id, None, services)
+    return TaskOutcome(tuple(_placed(r, where) for r in results), tuple(shapes.observed))
+
+
+def _node_id() -> str:
+    # Only inside a Ray worker: elsewhere asking for the runtime context would start Ray.
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ""
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _placed(result: ProbeResult, where: dict[str, str]) -> ProbeResult:
+    return dataclasses.replace(result, details={**result.details, "ray": where})

@@ -1,0 +1,1 @@
+"""From a cycle's results to states, quarantine, allowlists and exported files."""

@@ -1,0 +1,210 @@
+"""From stored results to the feed schedulers read: states, quarantine, allowlists.
+
+One path for every caller (CLI, daemon, API, exports): results are assessed by the pure
+health model, the quarantine policy decides, and state plus transition are written together.
+A cycle judged an infrastructure incident is recorded and moves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from envcheck.catalogue.models import Environment
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.health.quarantine import QuarantineEntry, Source, Transition, allowed, decide, manual
+from envcheck.health.sprt import EnvHealth, EnvState, HealthPolicy, assess_env
+from envcheck.kinds import available_kinds, load_probe
+from envcheck.store import Store
+from envcheck.store.tables import EnvStateRow, TransitionRow
+
+__all__ = [
+    "Allowlist",
+    "CycleOutcome",
+    "InfraGuard",
+    "UnknownSuite",
+    "allowlist",
+    "assess_cycle",
+    "cycle_incident",
+    "evaluate",
+    "previous_statuses",
+    "set_quarantine_by_id",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class InfraGuard:
+    """When this share of results that passed last time fail at once, the cause is shared
+    infrastructure (engine, disk, registry), not the fleet: record an incident, move nothing."""
+
+    max_failing_fraction: float = 0.5
+    min_results: int = 4  # below this a share means nothing
+
+
+Previous = dict[tuple[str, ProbeKind], Status]
+
+
+def previous_statuses(results: Sequence[ProbeResult]) -> Previous:
+    return {(r.env_id, r.kind): r.status for r in results}
+
+
+def cycle_incident(results: Sequence[ProbeResult], previous: Previous, guard: InfraGuard
+                   ) -> tuple[str, int, int, str] | None:
+    """(kind, failing, total, detail) when the cycle is an incident, else None.
+
+    Only flips count: an environment already failing before is no sign of a storm, so a
+    fleet that is mostly broken is still judged.
+    """
+    counted = [r for r in results if r.status is not Status.SKIP]
+    engine = [r for r in counted if r.reason is Reason.ENGINE_UNREACHABLE]
+    if engine:
+        return ("engine_unreachable", len(engine), len(counted),
+                f"the Docker engine failed during the cycle: {engine[0].summary}")
+    was_passing = [r for r in counted if previous.get((r.env_id, r.kind)) is Status.PASS]
+    flipped = [r for r in was_passing if r.status in (Status.FAIL, Status.FLAKY, Status.ERROR)]
+    if len(was_passing) >= guard.min_results and \
+            len(flipped) / len(was_passing) >= guard.max_failing_fraction:
+        return ("failure_storm", len(flipped), len(was_passing),
+                f"{len(flipped)} of {len(was_passing)} probes that passed before failed at once")
+    return None
+
+
+def applicable_kinds(env: Environment) -> list[ProbeKind]:
+    return [k for k in available_kinds() if load_probe(k).applies(env)]
+
+
+def _entry(row: EnvStateRow | None) -> QuarantineEntry | None:
+    if row is None or not row.quarantined or row.q_since is None:
+        return None
+    return QuarantineEntry(row.env_id, Source(row.q_source or Source.AUTO), row.q_since,
+                           row.q_actor or "", row.q_reason or "", tuple(row.q_evidence))
+
+
+def _entry_values(entry: QuarantineEntry | None) -> dict[str, object]:
+    if entry is None:
+        return {"quarantined": False, "q_source": None, "q_actor": None, "q_reason": None,
+                "q_since": None, "q_evidence": []}
+    return {"quarantined": True, "q_source": str(entry.source), "q_actor": entry.actor,
+            "q_reason": entry.reason, "q_since": entry.since, "q_evidence": list(entry.evidence)}
+
+
+def _transition_row(t: Transition, digest: str | None) -> TransitionRow:
+    return TransitionRow(env_id=t.env_id, at=t.at, old_state=str(t.old_state),
+                         new_state=str(t.new_state), was_quarantined=t.was_quarantined,
+                         quarantined=t.quarantined, actor=t.actor, reason=t.reason,
+                         evidence=list(t.evidence), image_digest=digest)
+
+
+def _kinds_json(health: EnvHealth) -> dict[str, object]:
+    return {str(k): {"state": str(h.state), "reason": h.reason, "passes": h.passes,
+                     "failures": h.failures, "llr": round(h.llr, 4),
+                     "wilson": [round(x, 4) for x in h.wilson],
+                     "image_digest": h.identity[0] if h.identity else None,
+                     "spec_hash": h.identity[1] if h.identity else None}
+            for k, h in health.kinds.items()}
+
+
+def evaluate(store: Store, envs: Sequence[Environment], policy: HealthPolicy | None = None,
+             now: datetime | None = None) -> list[TransitionRow]:
+    """Re-assess environments from their stored history; persist what changed."""
+    now = now or datetime.now(UTC)
+    policy = policy or HealthPolicy()
+    incidents = store.incident_runs()
+    changed: list[TransitionRow] = []
+    for env in envs:
+        health = assess_env(env.id, applicable_kinds(env), store.observations(env.id), policy,
+                            incidents)
+        current = store.env_state(env.id)
+        old_state = EnvState(current.state) if current is not None else EnvState.UNKNOWN
+        entry, transition = decide(_entry(current), old_state, health, now)
+        digest = next((h.identity[0] for h in health.kinds.values() if h.identity), None)
+        values: dict[str, object] = {"state": str(health.state), "reason": health.reason,
+                                     "image_digest": digest, "kinds": _kinds_json(health),
+                                     **_entry_values(entry)}
+        row = _transition_row(transition, digest) if transition is not None else None
+        store.apply(env.id, env.suite, values, row)
+        if row is not None:
+            changed.append(row)
+    return changed
+
+
+def set_quarantine_by_id(store: Store, env_id: str, *, add: bool, actor: str, reason: str,
+                         now: datetime | None = None) -> TransitionRow | None:
+    """A person quarantines or releases an environment (CLI, API). LookupError if unknown."""
+    suite = store.environment_suite(env_id)
+    if suite is None:
+        raise LookupError(env_id)
+    current = store.env_state(env_id)
+    state = EnvState(current.state) if current is not None else EnvState.UNKNOWN
+    entry, transition = manual(env_id, state, _entry(current), add=add, actor=actor,
+                               reason=reason, now=now or datetime.now(UTC))
+    if transition is None:
+        return None
+    row = _transition_row(transition, current.image_digest if current else None)
+    store.apply(env_id, suite, {"state": str(state), **_entry_values(entry)}, row)
+    return row
+
+
+@dataclass(frozen=True, slots=True)
+class Allowlist:
+    suite: str
+    allowed: list[str] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)  # env id -> why
+    generation: int = 0
+
+    @property
+    def healthy_fraction(self) -> float:
+        total = len(self.allowed) + len(self.excluded)
+        return len(self.allowed) / total if total else 0.0
+
+
+class UnknownSuite(LookupError):
+    pass
+
+
+def allowlist(store: Store, suite_id: str, generation: int | None = None) -> Allowlist:
+    """What a scheduler may use from a suite now (read from the store alone, one query)."""
+    suite = next((s for s in store.suites() if s.id == suite_id), None)
+    if suite is None:
+        raise UnknownSuite(suite_id)
+    out = Allowlist(suite_id, generation=store.generation() if generation is None else generation)
+    for row in store.suite_feed_rows(suite_id):
+        state = EnvState(row.state) if row.state is not None else EnvState.UNKNOWN
+        if allowed(state, row.quarantined, suite.allow_degraded):
+            out.allowed.append(row.env_id)
+        elif row.quarantined:
+            out.excluded[row.env_id] = f"quarantined ({row.q_source}): {row.q_reason}"
+        else:
+            why = row.reason if row.state is not None else "never checked"
+            out.excluded[row.env_id] = f"{state}: {why}"
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CycleOutcome:
+    incident: tuple[str, int, int, str] | None
+    transitions: list[TransitionRow]
+
+
+def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
+                 results: Sequence[ProbeResult], before: Previous,
+                 guard: InfraGuard | None = None, policy: HealthPolicy | None = None,
+                 export_dir: Path | None = None) -> CycleOutcome:
+    """After a cycle (a CLI run or a daemon window): judge it, re-assess, export.
+
+    An incident is recorded first, so the assessment already ignores the cycle's results.
+    """
+    from envcheck.feed.exports import default_export_dir, write_exports
+
+    incident = cycle_incident(results, before, guard or InfraGuard())
+    if incident is not None:
+        store.record_incident(run_id, *incident)
+    transitions = evaluate(store, envs, policy)
+    directory = export_dir or default_export_dir()
+    # exports change only with a transition (or a first run); rewriting 10,000-line files
+    # every window would cost a second for nothing
+    if transitions or not (directory / "quarantine.json").exists():
+        write_exports(store, directory)
+    return CycleOutcome(incident, transitions)

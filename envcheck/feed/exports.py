@@ -1,0 +1,77 @@
+"""Files for schedulers that read a path: written atomically after every transition.
+
+``quarantine.json`` (versioned, with the feed generation), ``quarantine.txt`` (ids, one per
+line), and per suite ``allowlist-<suite>.txt`` and ``allowlist-<suite>.json``. A reader never
+sees a half-written file: each is written beside its target and renamed over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from envcheck.feed.assess import allowlist
+from envcheck.store import Store
+
+__all__ = ["EXPORT_VERSION", "default_export_dir", "write_exports"]
+
+EXPORT_VERSION = 1
+
+
+EXPORT_DIR_ENV = "ENVCHECK_EXPORT_DIR"
+
+
+def default_export_dir() -> Path:
+    env = os.environ.get(EXPORT_DIR_ENV)
+    if env:
+        return Path(env)
+    from envcheck.store.database import data_dir
+
+    return data_dir() / "exports"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_exports(store: Store, directory: Path | None = None) -> Path:
+    """Write every export file for the current feed generation; returns the directory."""
+    directory = directory or default_export_dir()
+    generation = store.generation()
+    now = datetime.now(UTC).isoformat()
+    entries: list[dict[str, Any]] = [
+        {"env_id": row.env_id, "suite": row.suite,
+         "state": row.state, "source": row.q_source, "actor": row.q_actor,
+         "reason": row.q_reason, "since": row.q_since.isoformat() if row.q_since else None,
+         "evidence": row.q_evidence}
+        for row in store.env_states() if row.quarantined
+    ]
+    doc = {"version": EXPORT_VERSION, "generation": generation, "generated_at": now,
+           "quarantined": entries}
+    for suite in store.suites():
+        listing = allowlist(store, suite.id, generation)
+        _atomic_write(directory / f"allowlist-{suite.id}.txt",
+                      "".join(f"{env_id}\n" for env_id in listing.allowed))
+        _atomic_write(directory / f"allowlist-{suite.id}.json", json.dumps({
+            "version": EXPORT_VERSION, "generation": generation, "generated_at": now,
+            "suite": suite.id, "allowed": listing.allowed, "excluded": listing.excluded,
+            "healthy_fraction": round(listing.healthy_fraction, 4)}, indent=2) + "\n")
+    _atomic_write(directory / "quarantine.txt", "".join(f"{e['env_id']}\n" for e in entries))
+    # the versioned document last: a reader keyed on its generation sees the rest done
+    _atomic_write(directory / "quarantine.json", json.dumps(doc, indent=2) + "\n")
+    return directory

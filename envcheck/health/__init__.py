@@ -1,0 +1,1 @@
+"""The health model and the quarantine policy: pure functions of stored history."""

@@ -1,0 +1,103 @@
+"""Quarantine policy: which environments schedulers must not use, and every change as a
+persisted transition (who or what, when, why, evidence).
+
+Pure: given the current entry and the environment's assessed health, decide the next entry
+and the transitions that lead to it. Storage and exports read the transitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+from envcheck.health.sprt import EnvHealth, EnvState
+
+__all__ = ["AUTO_ACTOR", "QuarantineEntry", "Source", "Transition", "allowed", "decide"]
+
+AUTO_ACTOR = "envcheck"
+
+
+class Source(StrEnum):
+    AUTO = "auto"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    env_id: str
+    source: Source
+    since: datetime
+    actor: str
+    reason: str
+    evidence: tuple[int, ...] = ()  # result ids that put it there
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A change of an environment's state or quarantine; the one record every consumer reads."""
+
+    env_id: str
+    at: datetime
+    old_state: EnvState
+    new_state: EnvState
+    was_quarantined: bool
+    quarantined: bool
+    actor: str
+    reason: str
+    evidence: tuple[int, ...] = ()
+    image_digest: str | None = None
+
+
+def _evidence(health: EnvHealth) -> tuple[int, ...]:
+    return tuple(i for k in health.kinds.values() if k.state.bad for i in k.evidence)
+
+
+def decide(entry: QuarantineEntry | None, old_state: EnvState, health: EnvHealth,
+           now: datetime) -> tuple[QuarantineEntry | None, Transition | None]:
+    """Automatic policy: quarantine flaky/broken environments, release them once healthy.
+
+    A manual entry is never released automatically; only a person releases it.
+    """
+    new_entry = entry
+    if entry is None and health.state.bad:
+        new_entry = QuarantineEntry(health.env_id, Source.AUTO, now, AUTO_ACTOR,
+                                    f"{health.state}: {health.reason}", _evidence(health))
+    elif entry is not None and entry.source is Source.AUTO and health.state is EnvState.HEALTHY:
+        new_entry = None
+    elif entry is not None and entry.source is Source.AUTO and health.state.bad:
+        new_entry = replace(entry, reason=f"{health.state}: {health.reason}")
+    if health.state == old_state and (new_entry is None) == (entry is None):
+        return new_entry, None
+    released = entry is not None and new_entry is None
+    reason = (f"released: {health.state}" if released
+              else new_entry.reason if new_entry is not None and entry is None
+              else f"{old_state} -> {health.state}: {health.reason}")
+    return new_entry, Transition(health.env_id, now, old_state, health.state, entry is not None,
+                                 new_entry is not None, AUTO_ACTOR, reason, _evidence(health))
+
+
+def manual(env_id: str, state: EnvState, entry: QuarantineEntry | None, *, add: bool,
+           actor: str, reason: str, now: datetime
+           ) -> tuple[QuarantineEntry | None, Transition | None]:
+    """A person adds or releases a quarantine entry; the reason and actor are required."""
+    if not actor.strip() or not reason.strip():
+        raise ValueError("a manual quarantine change needs an actor and a reason")
+    if add:
+        new_entry: QuarantineEntry | None = QuarantineEntry(env_id, Source.MANUAL, now, actor,
+                                                            reason)
+        if entry is not None and entry.source is Source.MANUAL:
+            return entry, None
+    else:
+        if entry is None:
+            return None, None
+        new_entry = None
+    return new_entry, Transition(env_id, now, state, state, entry is not None,
+                                 new_entry is not None, actor, reason)
+
+
+def allowed(state: EnvState, quarantined: bool, allow_degraded: bool) -> bool:
+    """May a scheduler use this environment now?"""
+    if quarantined:
+        return False
+    return state is EnvState.HEALTHY or (allow_degraded and state is EnvState.DEGRADED)

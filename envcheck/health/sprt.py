@@ -1,0 +1,225 @@
+"""The health model: pure functions from result history to environment state.
+
+Per (environment, probe kind), only evidence for the current identity counts: the image
+digest and spec hash of the newest non-error result. A new digest or spec starts fresh.
+
+Decisions come from Wald's sequential probability ratio test (DESIGN.md §7): each failure adds
+ln(p1/p0), each pass adds ln((1-p1)/(1-p0)). Crossing the upper bound decides "bad" (2
+failures with the defaults); once bad, the test restarts and must cross the lower bound
+(about 15 clean passes) before the kind is healthy again. Bad with both outcomes seen is
+``flaky``; bad with only failures is ``broken``. ``error`` and ``skip`` results never move
+anything, nor do results from cycles recorded as infrastructure incidents.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from envcheck.core.results import ProbeKind, Reason, Status
+
+__all__ = [
+    "EnvState",
+    "HealthPolicy",
+    "KindHealth",
+    "Observation",
+    "assess_env",
+    "assess_kind",
+    "wilson_interval",
+]
+
+
+class EnvState(StrEnum):
+    UNKNOWN = "unknown"
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    FLAKY = "flaky"
+    BROKEN = "broken"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    @property
+    def bad(self) -> bool:
+        return self in (EnvState.FLAKY, EnvState.BROKEN)
+
+
+_SEVERITY = {EnvState.HEALTHY: 0, EnvState.UNKNOWN: 1, EnvState.DEGRADED: 2,
+             EnvState.FLAKY: 3, EnvState.BROKEN: 4}
+
+# Passes that needed help (retries) are evidence of trouble, not of health.
+DEGRADED_REASONS = frozenset({"recovered_after_retry"})
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPolicy:
+    p0: float = 0.02  # failure rate of a healthy environment
+    p1: float = 0.20  # failure rate worth quarantining
+    alpha: float = 0.05
+    beta: float = 0.05
+    # A single ``flaky`` result already holds several disagreeing reruns: decisive on its own.
+    flaky_result_decides: bool = True
+
+    def __post_init__(self) -> None:
+        if not (0 < self.p0 < self.p1 < 1 and 0 < self.alpha < 1 and 0 < self.beta < 1):
+            raise ValueError("need 0 < p0 < p1 < 1 and 0 < alpha, beta < 1")
+
+    @property
+    def fail_step(self) -> float:
+        return math.log(self.p1 / self.p0)
+
+    @property
+    def pass_step(self) -> float:
+        return math.log((1 - self.p1) / (1 - self.p0))
+
+    @property
+    def upper(self) -> float:
+        return math.log((1 - self.beta) / self.alpha)
+
+    @property
+    def lower(self) -> float:
+        return math.log(self.beta / (1 - self.alpha))
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One stored result, reduced to what the health model reads."""
+
+    status: Status
+    reason: str
+    started_at: datetime
+    image_digest: str | None
+    spec_hash: str
+    run_id: str = ""
+    result_id: int | None = None
+
+    @property
+    def identity(self) -> tuple[str | None, str]:
+        return (self.image_digest, self.spec_hash)
+
+
+@dataclass(frozen=True, slots=True)
+class KindHealth:
+    kind: ProbeKind
+    state: EnvState
+    identity: tuple[str | None, str] | None
+    llr: float
+    passes: int
+    failures: int
+    reason: str  # the reason of the newest counted failure, or "ok"
+    evidence: tuple[int, ...] = ()  # result ids of the failures that decided
+    wilson: tuple[float, float] = (0.0, 1.0)
+
+    @property
+    def runs(self) -> int:
+        return self.passes + self.failures
+
+    @property
+    def failure_rate(self) -> float | None:
+        return self.failures / self.runs if self.runs else None
+
+
+def wilson_interval(failures: int, runs: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a failure rate; honest with few runs."""
+    if runs <= 0:
+        return (0.0, 1.0)
+    p = failures / runs
+    denom = 1 + z * z / runs
+    centre = (p + z * z / (2 * runs)) / denom
+    half = z * math.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / denom
+    # exact at the edges, where rounding would put the point estimate outside
+    low = 0.0 if failures == 0 else max(0.0, centre - half)
+    high = 1.0 if failures == runs else min(1.0, centre + half)
+    return (low, high)
+
+
+def _counted(history: Iterable[Observation], incidents: frozenset[str]) -> list[Observation]:
+    return sorted(
+        (o for o in history
+         if o.status in (Status.PASS, Status.FAIL, Status.FLAKY) and o.run_id not in incidents),
+        key=lambda o: (o.started_at, o.result_id or 0),
+    )
+
+
+def assess_kind(kind: ProbeKind, history: Iterable[Observation],
+                policy: HealthPolicy = HealthPolicy(),
+                incidents: frozenset[str] = frozenset()) -> KindHealth:
+    """State of one probe kind of one environment from its whole history (any order)."""
+    counted = _counted(history, incidents)
+    if not counted:
+        return KindHealth(kind, EnvState.UNKNOWN, None, 0.0, 0, 0, str(Reason.OK))
+    identity = counted[-1].identity
+    current = [o for o in counted if o.identity == identity]
+    llr, bad, passes, failures = 0.0, False, 0, 0
+    seen_pass = seen_fail = False
+    reason, evidence = str(Reason.OK), []
+    for obs in current:
+        if obs.status is Status.PASS:
+            passes += 1
+            seen_pass = True
+            llr += policy.pass_step
+        else:
+            failures += 1
+            seen_fail = True
+            reason = obs.reason
+            if obs.result_id is not None:
+                evidence.append(obs.result_id)
+            llr += policy.upper if (obs.status is Status.FLAKY and policy.flaky_result_decides) \
+                else policy.fail_step
+            if obs.status is Status.FLAKY:
+                seen_pass = True  # disagreement inside one probe run: both outcomes seen
+        if not bad and llr >= policy.upper:
+            bad, llr = True, 0.0  # decided; a fresh test must now prove recovery
+        elif bad and llr <= policy.lower:
+            bad, llr, seen_pass, seen_fail, evidence = False, 0.0, False, False, []
+        # Bounded on both sides: a long clean record must not mask new failures, and a long
+        # quarantine must not make release take hundreds of passes.
+        llr = min(llr, policy.upper) if bad else max(llr, policy.lower)
+    newest = current[-1]
+    if bad:
+        state = EnvState.FLAKY if seen_pass and seen_fail else EnvState.BROKEN
+    elif llr > 0 or newest.status is not Status.PASS or newest.reason in DEGRADED_REASONS:
+        state = EnvState.DEGRADED
+    else:
+        state = EnvState.HEALTHY
+    return KindHealth(kind, state, identity, llr, passes, failures, reason, tuple(evidence[-10:]),
+                      wilson_interval(failures, passes + failures))
+
+
+@dataclass(frozen=True, slots=True)
+class EnvHealth:
+    env_id: str
+    state: EnvState
+    kinds: dict[ProbeKind, KindHealth] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        worst = [k for k in self.kinds.values() if k.state == self.state and k.failures]
+        if worst:
+            return f"{worst[0].kind}: {worst[0].reason}"
+        if self.state is EnvState.UNKNOWN:
+            todo = [str(k.kind) for k in self.kinds.values() if k.state is EnvState.UNKNOWN]
+            return f"not yet validated: {', '.join(todo)}" if todo else "no probe applies"
+        return str(Reason.OK)
+
+
+def assess_env(env_id: str, kinds: Sequence[ProbeKind],
+               history: Iterable[Observation | tuple[ProbeKind, Observation]],
+               policy: HealthPolicy = HealthPolicy(),
+               incidents: frozenset[str] = frozenset()) -> EnvHealth:
+    """The environment's state: the worst of its applicable kinds (unknown beats healthy,
+    so an environment is healthy only once every kind has been validated)."""
+    by_kind: dict[ProbeKind, list[Observation]] = {k: [] for k in kinds}
+    for item in history:
+        kind, obs = item if isinstance(item, tuple) else (None, item)
+        if kind in by_kind:
+            by_kind[kind].append(obs)
+    assessed = {k: assess_kind(k, obs, policy, incidents) for k, obs in by_kind.items()}
+    if not assessed:
+        return EnvHealth(env_id, EnvState.UNKNOWN, {})
+    state = max((h.state for h in assessed.values()), key=lambda s: s.severity)
+    return EnvHealth(env_id, state, assessed)

@@ -1,0 +1,1 @@
+"""The ``datasource`` probe: sampling data APIs, fingerprints, reports."""

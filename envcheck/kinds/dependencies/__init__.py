@@ -1,0 +1,1 @@
+"""The ``dependencies`` probe: installed state read in one batched command."""

@@ -1,0 +1,1 @@
+"""The ``tests`` probe: negative and positive controls, reruns, JUnit reports."""

@@ -1,0 +1,230 @@
+"""One run of an environment's tests, in a fresh sandbox, read back as per-test outcomes.
+
+A run is: prepare (as the sandbox user: enter the workdir, remove any report left in the
+image), maybe the oracle, the test command (``timeout_s``, output capped), then the JUnit
+report read back with a size cap and parsed. Anything that makes the run unusable is a
+:class:`Problem`, never a pass: a hang (``timeout``), a flood, a missing or unparsable report
+(``parse_error``), a report with no test, none of the declared tests, or a non-zero exit that
+no failed test explains (``no_tests_collected``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from envcheck.catalogue.models import Environment, TestSpec
+from envcheck.core.results import CommandEvidence, Reason
+from envcheck.kinds.base import ProbeContext
+from envcheck.kinds.testvalidity.junit import Case, ReportError, match, parse_report
+from envcheck.sandbox.base import ExecResult, Sandbox
+
+__all__ = ["MAX_REPORT_BYTES", "ORACLE_DIR", "Phase", "Problem", "Run", "execute",
+           "network_error"]
+
+# The oracle script goes here: not under /tmp, a tmpfs the engine cannot copy into.
+ORACLE_DIR = "/var/tmp/envcheck"
+MAX_REPORT_BYTES = 8 * 1024 * 1024
+READY = "envcheck:ready"
+
+# What resolvers, sockets and HTTP clients (Python, curl, Node, Go, Java) say offline.
+_NETWORK = re.compile(
+    r"temporary failure in name resolution|name or service not known|nodename nor servname|"
+    r"could not resolve (?:host|proxy)|failed to resolve|gaierror|getaddrinfo \w+|eai_again|"
+    r"enotfound|unknownhostexception|no such host|network is unreachable|enetunreach|"
+    r"no route to host|ehostunreach|errno 101\b", re.IGNORECASE)
+_REFUSED = re.compile(r"connection refused|econnrefused|errno 111\b", re.IGNORECASE)
+_HOST = re.compile(r"host=['\"]([^'\"]+)['\"]|://([\w.-]+)|connect to ([\w.-]+) port",
+                   re.IGNORECASE)
+_LOCAL = re.compile(r"^(localhost|127\.[\d.]+|::1|0\.0\.0\.0|sandbox)$", re.IGNORECASE)
+
+
+def network_error(text: str) -> str | None:
+    """The line of ``text`` showing that a test reached for the network, if one does.
+
+    Refused connections count only towards a named non-local host: a refused localhost
+    port is a local service that did not start, not a need for the network.
+    """
+    for line in text.splitlines():
+        if _NETWORK.search(line):
+            return line.strip()[:300]
+        if _REFUSED.search(line):
+            hosts = [h for m in _HOST.finditer(text) for h in m.groups() if h]
+            if any(not _LOCAL.match(h) for h in hosts):
+                return line.strip()[:300]
+    return None
+
+
+class Phase(StrEnum):
+    NEGATIVE = "negative"  # no oracle: f2p must fail, p2p must pass
+    POSITIVE = "positive"  # after the oracle: everything must pass
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    reason: Reason
+    detail: str
+
+
+@dataclass
+class Run:
+    phase: Phase
+    order: tuple[str, ...]
+    label: str
+    seed: int | None = None  # of a shuffled order: random.Random(seed).shuffle(declared)
+    outcomes: dict[str, Case | None] = field(default_factory=dict)
+    problem: Problem | None = None
+    exit_code: int | None = None
+    output: str = ""  # the test command's (capped) output, for network signs
+    evidence: list[CommandEvidence] = field(default_factory=list)
+    start_s: float = 0.0  # container start
+    duration_s: float = 0.0
+
+    def passed(self, test_id: str) -> bool:
+        case = self.outcomes.get(test_id)
+        return case is not None and case.passed
+
+    def not_passed(self, ids: Sequence[str]) -> list[str]:
+        return [t for t in ids if not self.passed(t)]
+
+
+def render(spec: TestSpec, order: Sequence[str]) -> str:
+    """The command with ``{tests}`` and ``{junit}`` filled in (no str.format: shell braces)."""
+    tests = " ".join(shlex.quote(t) for t in order)
+    return spec.command.replace("{tests}", tests).replace("{junit}", shlex.quote(spec.junit_path))
+
+
+def _start_failure(result: ExecResult, env: Environment) -> Problem | None:
+    """The engine's own words when a command could not start at all (as the terminal kind)."""
+    text = result.text.lower()
+    if "unable to find user" in text or "no matching entries in passwd" in text:
+        return Problem(Reason.USER_MISSING, f"user {env.user!r} does not exist in the image")
+    if result.exit_code in (126, 127) and READY not in result.text and (
+            "no such file" in text or "not found" in text or "permission denied" in text):
+        return Problem(Reason.SHELL_MISSING, f"shell {env.shell} is not executable in the image")
+    return None
+
+
+class _Runner:
+    def __init__(self, sandbox: Sandbox, env: Environment, spec: TestSpec, run: Run) -> None:
+        self.sandbox, self.env, self.spec, self.run = sandbox, env, spec, run
+
+    def exec(self, script: str, label: str, *, timeout_s: float, keep: bool = True,
+             extra: dict[str, str] | None = None, limit: int | None = None,
+             args: Sequence[str] = ()) -> ExecResult:
+        env = self.env
+        result = self.sandbox.exec([env.shell, "-c", script, "envcheck", *args], user=env.user,
+                                   env=extra, timeout_s=timeout_s,
+                                   output_limit=limit or env.limits.output_kb * 1024)
+        if keep:
+            self.run.evidence.append(result.evidence(label))
+        return result
+
+    def prepare(self) -> Problem | None:
+        workdir, report = shlex.quote(self.env.workdir), shlex.quote(self.spec.junit_path)
+        script = (f"cd -- {workdir} 2>/dev/null || {{ echo envcheck:no-workdir; exit 0; }}\n"
+                  f"rm -f -- {report} 2>/dev/null\n"
+                  f"if [ -e {report} ]; then echo envcheck:stale-report; exit 0; fi\n"
+                  f"echo {READY}\n")
+        result = self.exec(script, "prepare", timeout_s=self.env.timeouts.exec_s, keep=False)
+        failure = _start_failure(result, self.env)
+        if failure is None and "envcheck:no-workdir" in result.text:
+            failure = Problem(Reason.WORKDIR_MISSING, f"workdir {self.env.workdir} does not exist")
+        if failure is None and "envcheck:stale-report" in result.text:
+            failure = Problem(Reason.PARSE_ERROR, f"{self.spec.junit_path} is in the image and "
+                                                  "cannot be removed: no report could be trusted")
+        if failure is None and result.timed_out:
+            failure = Problem(Reason.TIMEOUT, f"the shell took over {self.env.timeouts.exec_s:g}s "
+                                              "to enter the workdir")
+        if failure is None and READY not in result.text:
+            failure = Problem(Reason.LOGIN_SHELL_BROKEN, f"{self.env.shell} -c did not run "
+                                                         "envcheck's preparation")
+        if failure is not None:
+            self.run.evidence.append(result.evidence("prepare"))
+        return failure
+
+    def oracle(self) -> Problem | None:
+        oracle = self.spec.oracle
+        assert oracle is not None
+        target = oracle.path or ""
+        if oracle.script is not None:
+            target = f"{ORACLE_DIR}/oracle.sh"
+            self.sandbox.exec(["mkdir", "-p", "-m", "0755", ORACLE_DIR], user="0",
+                              timeout_s=self.env.timeouts.exec_s)
+            self.sandbox.put_file(target, oracle.script.encode(), 0o755)
+        runner = "exec" if oracle.script is None or oracle.script.startswith("#!") else (
+            f"exec {shlex.quote(self.env.shell)}")
+        script = f"cd -- {shlex.quote(self.env.workdir)} || exit 1\n{runner} {shlex.quote(target)}"
+        result = self.exec(script, f"oracle: {target}", timeout_s=self.spec.timeout_s)
+        if result.timed_out:
+            return Problem(Reason.TIMEOUT, f"the oracle ran past {self.spec.timeout_s:g}s and "
+                                           "was killed")
+        if result.exit_code != 0:
+            last = (result.text.strip().splitlines() or [""])[-1][:200]
+            return Problem(Reason.ORACLE_FAILED, f"the oracle {target} exited "
+                                                 f"{result.exit_code}: {last}")
+        return None
+
+    def tests(self) -> Problem | None:
+        spec, run = self.spec, self.run
+        script = f"cd -- {shlex.quote(self.env.workdir)} || exit 1\n{render(spec, run.order)}"
+        variables = {"ENVCHECK_TEST_IDS": "\n".join(run.order),
+                     "ENVCHECK_JUNIT": spec.junit_path}
+        result = self.exec(script, f"{run.label}: {spec.command}", timeout_s=spec.timeout_s,
+                           extra=variables)
+        run.exit_code, run.output = result.exit_code, result.text
+        if result.timed_out:
+            return Problem(Reason.TIMEOUT, f"the tests ran past {spec.timeout_s:g}s and were "
+                                           "killed")
+        if result.flooded:
+            return Problem(Reason.OUTPUT_FLOOD, "the tests flooded their output")
+        return self.report(result.exit_code)
+
+    def report(self, exit_code: int | None) -> Problem | None:
+        path = self.spec.junit_path
+        read = self.exec(f'test -f "$1" || exit 3\nexec head -c {MAX_REPORT_BYTES + 1} -- "$1"',
+                         "read report", timeout_s=self.env.timeouts.exec_s, keep=False,
+                         limit=2 * (MAX_REPORT_BYTES + 1), args=[path])
+        if read.timed_out or read.exit_code != 0:
+            return Problem(Reason.PARSE_ERROR, f"no JUnit report at {path} (the test command "
+                                               f"exited {exit_code})")
+        data = read.output.head
+        if read.output.total > MAX_REPORT_BYTES:
+            return Problem(Reason.PARSE_ERROR, f"the JUnit report is larger than "
+                                               f"{MAX_REPORT_BYTES >> 20} MiB")
+        try:
+            report = parse_report(data)
+        except ReportError as exc:
+            return Problem(Reason.PARSE_ERROR, f"the JUnit report is unusable: {exc}")
+        if not report.cases:
+            return Problem(Reason.NO_TESTS_COLLECTED, f"the report lists no test (exit "
+                                                      f"{exit_code})")
+        if exit_code != 0 and not report.failed:
+            return Problem(Reason.NO_TESTS_COLLECTED, f"the tests exited {exit_code} but the "
+                                                      "report shows no failure: invalid run")
+        self.run.outcomes = match(report, self.run.order)
+        # With failures in the report (e.g. a collection error) a missing test simply did not
+        # pass; with none, not one declared test found means the ids do not name these tests.
+        if not report.failed and not any(self.run.outcomes.values()):
+            return Problem(Reason.NO_TESTS_COLLECTED, f"none of the {len(self.run.order)} "
+                           f"declared tests is among the {len(report.cases)} in the report")
+        return None
+
+
+def execute(ctx: ProbeContext, spec: TestSpec, run: Run) -> Run:
+    """Do ``run`` in a fresh container (removed on return) and fill in what it showed."""
+    started = time.monotonic()
+    with ctx.fresh_sandbox() as sandbox:
+        run.start_s = sandbox.start_duration_s
+        runner = _Runner(sandbox, ctx.env, spec, run)
+        run.problem = runner.prepare()
+        if run.problem is None and run.phase is Phase.POSITIVE and spec.oracle is not None:
+            run.problem = runner.oracle()
+        if run.problem is None:
+            run.problem = runner.tests()
+    run.duration_s = time.monotonic() - started
+    return run

@@ -1,0 +1,1 @@
+"""HTTP sessions and secrets, shared by data-source probes and webhook notifiers."""

@@ -1,0 +1,1 @@
+"""Alerts on transitions and incidents, delivered to webhooks exactly once."""

@@ -1,0 +1,1 @@
+"""Sandboxes: the runtime protocol and its Docker implementation."""

@@ -1,0 +1,1 @@
+"""The daemon's timing: interval jobs feeding a bounded, prioritised work queue."""

@@ -1,0 +1,566 @@
+"""Scheduled probing: APScheduler decides *when*, a bounded pool of workers decides *how many*.
+
+Each (environment, probe kind) is an interval job with jitter that only puts work on a
+priority queue (stale first, then suspect, then the rest, quarantined last); ``concurrency``
+worker threads take work from it, so a 2-core host never runs more sandboxes than that, and
+no more than ``per_image`` of one image at once; a busy image never idles a worker, and an
+(environment, kind) already queued or running is not queued again (:mod:`.workqueue`;
+APScheduler's ``max_instances=1`` only covers the enqueue). Quarantined environments are
+probed ``quarantined_factor`` times less often; their jobs are rescheduled when the
+quarantine changes (by a window's assessment or by hand).
+
+Results are grouped into windows (``window_s``): each window with results is a check run, and
+when it closes it is judged and assessed exactly like an ``envcheck check`` cycle
+(``assess_cycle``), so the daemon and the CLI move states by the same rule. A window in which
+nothing happened leaves no run behind.
+
+The store may refuse writes for a while (a full disk): runs and results then go through
+:class:`~envcheck.store.pending.PendingWrites`, held in order and written at the next window
+tick that finds the store writable again. A closed window whose results are not all written
+waits, and is assessed once they are (in the order windows closed): never assessed on half
+its results, never dropped. At stop, held writes get what is left of the grace period.
+
+Idle cost: APScheduler sleeps until the next job is due (the enqueue runs inline in its
+thread, no pool), workers sleep on a condition, and an empty window costs one query.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.executors.base import BaseExecutor
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy import select as sa_select
+
+from envcheck.catalogue.models import Catalogue, Environment
+from envcheck.core.errors import StoreError
+from envcheck.core.results import ProbeKind, ProbeResult
+from envcheck.executors import Executor
+from envcheck.executors.cycle import Services
+from envcheck.feed.assess import CycleOutcome, Previous, applicable_kinds, assess_cycle, evaluate
+from envcheck.schedule.workqueue import Key, Work, WorkQueue
+from envcheck.store import Store
+from envcheck.store.pending import DEFAULT_LIMIT, PendingWrites, store_reason
+from envcheck.store.tables import CheckRun, ProbeResultRow, RunState
+
+__all__ = ["ProbeScheduler", "SchedulerStats"]
+
+log = logging.getLogger(__name__)
+
+STALE, SUSPECT, NORMAL, QUARANTINED = 0, 1, 2, 3
+WINDOW_JOB = "envcheck:window"
+CATCH_UP_JOB = "envcheck:catch-up"
+CATCH_UP_BATCH = 200
+# A backlog after a restart is spread over this many seconds at most instead of one burst.
+RESTART_SPREAD_S = 5.0
+# No result for this many intervals: the (environment, kind) counts as stale.
+STALE_INTERVALS = 2.0
+# Results kept in memory by windows waiting for the store (besides those it holds).
+WAITING_RESULTS_MAX = DEFAULT_LIMIT
+
+
+@dataclass(eq=False)
+class Window:
+    run_id: str | None = None  # created with the window's first probe
+    results: list[ProbeResult] = field(default_factory=list)
+    env_ids: set[str] = field(default_factory=set)
+    before: Previous = field(default_factory=dict)
+    writers: int = 0  # results being handed to the store right now
+    run_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class SchedulerStats:
+    queued: int = 0
+    running: int = 0
+    completed: int = 0
+    last_lag_s: float = 0.0
+    max_lag_s: float = 0.0
+    lags: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+
+
+def interval_of(env: Environment, kind: ProbeKind, quarantined: bool) -> float | None:
+    base: float | None = getattr(env.schedules, str(kind))
+    if base is None:
+        return None
+    return base * env.schedules.quarantined_factor if quarantined else base
+
+
+def _epoch(at: datetime) -> float:
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
+def _unassessed_env_ids(store: Store) -> set[str]:
+    """Environments with results in interrupted runs: nobody assessed those runs.
+
+    A superset over time (assessing again changes nothing), bounded by the fleet.
+    """
+    results: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
+    runs: Any = CheckRun.__table__  # type: ignore[attr-defined]
+    query = (sa_select(results.c.env_id).distinct()
+             .join(runs, runs.c.id == results.c.run_id)
+             .where(runs.c.state == RunState.INTERRUPTED.value))
+    with store.engine.connect() as conn:
+        return {row[0] for row in conn.execute(query)}
+
+
+class _EnqueueExecutor(BaseExecutor):  # type: ignore[misc]
+    """Runs a due job in APScheduler's own thread and tells it when it was due.
+
+    A job only enqueues (never blocks), so it needs no thread pool; and the due time lets
+    the lag be measured from when the probe was due, not from when a thread got to it.
+    """
+
+    def submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        try:
+            job.func(*job.args, due=run_times[-1].timestamp())
+        except Exception:
+            log.exception("enqueueing a due probe failed", extra={"job": job.id})
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        self.submit_job(job, run_times)
+
+
+class ProbeScheduler:
+    def __init__(self, catalogue: Catalogue, executor: Executor, store: Store, *,
+                 concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
+                 services: Callable[[Catalogue, Store], Services] | None = None,
+                 on_cycle: Callable[[CycleOutcome], None] | None = None,
+                 writes: PendingWrites | None = None) -> None:
+        self._catalogue = catalogue
+        self._envs = {env.id: env for env in catalogue.environments}
+        self._executor = executor  # where checks run: this engine, or Ray tasks on nodes
+        self._store = store
+        # runs and results go through here: held while the store refuses writes
+        self._writes = writes or PendingWrites(store)
+        self._waiting: list[Window] = []  # closed, not assessed yet: their writes are held
+        self._concurrency = max(concurrency, 1)
+        self._per_image = max(per_image or self._concurrency, 1)
+        self._window_s = window_s
+        self._build_services = services
+        self._services: Services | None = services(catalogue, store) if services else None
+        self._on_cycle = on_cycle
+        # _lock guards the queue, the stats, the states and the window; never call the store
+        # or APScheduler while holding it (APScheduler calls _due holding its own lock).
+        self._lock = threading.Lock()
+        self._work_ready = threading.Condition(self._lock)
+        self._records_done = threading.Condition(self._lock)
+        self._queue = WorkQueue(self._per_image)
+        self._close_lock = threading.Lock()  # one window closes at a time
+        self._jobs_lock = threading.RLock()  # job changes: start, reload, quarantine changes
+        self._stopping = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._last: Previous = {}
+        self._last_at: dict[Key, float] = {}
+        self._intervals: dict[Key, float] = {}  # of the jobs scheduled now
+        self._quarantined: set[str] = set()
+        self._suspect: set[str] = set()
+        self._generation = -1
+        self._window: Window | None = None
+        self.stats = SchedulerStats()
+        self._aps = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": _EnqueueExecutor(), "window": ThreadPoolExecutor(1)},
+            # A late enqueue still runs (once): skipping it would skip a whole interval.
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self._catalogue
+
+    @property
+    def writes(self) -> PendingWrites:
+        return self._writes
+
+    def start(self) -> None:
+        self._store.sync_suites(self._catalogue.suites)
+        self._store.sync_environments(self._catalogue.environments)
+        self._refresh_states()
+        for r in self._store.latest_results():
+            self._last[(r.env_id, r.kind)] = r.status
+            self._last_at[(r.env_id, r.kind)] = _epoch(r.started_at)
+        with self._lock:
+            self._window = Window()
+        with self._jobs_lock:
+            now = time.time()
+            for env in self._catalogue.environments:
+                for kind in applicable_kinds(env):
+                    self._schedule(env, kind, now)
+            self._aps.add_job(self.close_window, IntervalTrigger(seconds=self._window_s),
+                              id=WINDOW_JOB, executor="window", replace_existing=True)
+            # before the first window closes, on the same thread, without delaying the start
+            self._aps.add_job(self._catch_up, id=CATCH_UP_JOB, executor="window")
+        for i in range(self._concurrency):
+            worker = threading.Thread(target=self._work, name=f"envcheck-worker-{i}",
+                                      daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        self._aps.start()
+        log.info("scheduler started", extra={"jobs": len(self.jobs()),
+                                             "environments": len(self._envs),
+                                             "concurrency": self._concurrency,
+                                             "per_image": self._per_image})
+
+    def stop(self, grace_s: float = 60.0, flush_s: float = 10.0) -> None:
+        """Stop scheduling, drop queued work, let in-flight probes finish (and remove their
+        containers) within ``grace_s``, then assess what they produced. Results the store
+        refused wait for it at most ``flush_s`` more (within the grace period)."""
+        deadline = time.monotonic() + grace_s
+        with self._lock:
+            self._stopping.set()
+            dropped = self._queue.clear()
+            self.stats.queued = 0
+            self._work_ready.notify_all()
+        if self._aps.running:
+            self._aps.shutdown(wait=True)  # waits for a window being closed right now
+        for worker in self._workers:
+            worker.join(timeout=max(deadline - time.monotonic(), 0.1))
+        still = [w.name for w in self._workers if w.is_alive()]
+        if still:
+            # They record into a new run, left running: the next start marks it interrupted,
+            # assesses its results and reaps their containers.
+            log.warning("probes still running after the grace period",
+                        extra={"workers": still, "grace_s": grace_s})
+        # the store may be taking writes again: held results get what is left of the grace
+        self._writes.flush_within(min(max(deadline - time.monotonic(), 0.0), flush_s))
+        self.close_window(reopen=False)
+        if self._writes.status() is not None:
+            # Lost with this process. Runs already written stay running: the next start
+            # marks them interrupted and assesses whatever of them was written.
+            log.error("results not written at shutdown: the store refuses writes",
+                      extra={"held": self._writes.held, "dropped": self._writes.dropped,
+                             "windows_unassessed": len(self._waiting),
+                             "error": self._writes.error})
+        log.info("scheduler stopped", extra={"dropped": dropped, "still_running": len(still)})
+
+    def reload(self, catalogue: Catalogue) -> None:
+        """Swap the catalogue (SIGHUP): jobs of removed environments go, new ones are added,
+        changed schedules are replaced, the rest keep their timing; in-flight work finishes,
+        queued work of a removed environment is dropped."""
+        with self._jobs_lock:
+            self._catalogue = catalogue
+            if self._build_services is not None:
+                self._services = self._build_services(catalogue, self._store)
+            self._store.sync_suites(catalogue.suites)
+            self._store.sync_environments(catalogue.environments)
+            with self._lock:
+                self._envs = {env.id: env for env in catalogue.environments}
+            if self._stopping.is_set():
+                return
+            wanted: dict[str, tuple[Environment, ProbeKind]] = {
+                f"{env.id}:{kind}": (env, kind)
+                for env in catalogue.environments for kind in applicable_kinds(env)}
+            removed = added = 0
+            keep: set[str] = set()
+            for job in self.jobs():
+                target = wanted.get(job.id)
+                if target is not None and self._same_trigger(job, *target):
+                    keep.add(job.id)
+                else:
+                    job.remove()
+                    self._intervals.pop((job.args[0], job.args[1]), None)
+                    removed += 1
+            now = time.time()
+            for job_id, (env, kind) in wanted.items():
+                if job_id not in keep:
+                    added += self._schedule(env, kind, now)
+        log.info("jobs reloaded", extra={"environments": len(catalogue.environments),
+                                              "jobs_added": added, "jobs_removed": removed})
+
+    def _catch_up(self) -> None:
+        """Assess the results a killed daemon (or an interrupted ``envcheck check``) left
+        unassessed; then the states, priorities and probing rates follow."""
+        started = time.monotonic()
+        ids = _unassessed_env_ids(self._store)
+        envs = [self._envs[e] for e in sorted(ids) if e in self._envs]
+        done = transitions = 0
+        for i in range(0, len(envs), CATCH_UP_BATCH):  # a stop need not wait for all of it
+            if self._stopping.is_set():
+                break
+            batch = envs[i:i + CATCH_UP_BATCH]
+            transitions += len(evaluate(self._store, batch))
+            done += len(batch)
+        if not self._stopping.is_set():
+            self._reschedule(self._refresh_states())
+        log.info("unassessed results assessed", extra={
+            "environments": done, "of": len(envs), "transitions": transitions,
+            "seconds": round(time.monotonic() - started, 3)})
+
+    # --- scheduling ---------------------------------------------------------------------
+
+    def _refresh_states(self) -> set[str]:
+        """Re-read states; the environments whose quarantine changed."""
+        generation = self._store.generation()
+        rows = self._store.env_states()
+        quarantined = {r.env_id for r in rows if r.quarantined}
+        suspect = {r.env_id for r in rows if r.state in ("degraded", "flaky", "broken")}
+        with self._lock:
+            changed = quarantined ^ self._quarantined
+            self._quarantined, self._suspect = quarantined, suspect
+            self._generation = generation
+        return changed
+
+    def _interval(self, env: Environment, kind: ProbeKind) -> float | None:
+        return interval_of(env, kind, env.id in self._quarantined)
+
+    def _same_trigger(self, job: Any, env: Environment, kind: ProbeKind) -> bool:
+        trigger = job.trigger
+        return bool(trigger.interval_length == self._interval(env, kind)
+                    and (trigger.jitter or 0.0) == env.schedules.jitter_s)
+
+    def _schedule(self, env: Environment, kind: ProbeKind, now: float) -> int:
+        """(Re)create the job of (env, kind), due one interval after its last result."""
+        interval = self._interval(env, kind)
+        job_id = f"{env.id}:{kind}"
+        if interval is None:
+            if self._aps.get_job(job_id) is not None:
+                self._aps.remove_job(job_id)
+            self._intervals.pop((env.id, kind), None)
+            return 0
+        jitter = env.schedules.jitter_s
+        last = self._last_at.get((env.id, kind))
+        if last is None or last + interval <= now:
+            first = now + random.uniform(0, min(interval, RESTART_SPREAD_S))
+        else:
+            # the same jitter as every later run, so a fleet seeded at once does not fire at once
+            first = last + interval + random.uniform(0, jitter)
+        self._aps.add_job(self._due, IntervalTrigger(seconds=interval, jitter=jitter or None),
+                          args=(env.id, kind), id=job_id, replace_existing=True,
+                          next_run_time=datetime.fromtimestamp(first, UTC))
+        self._intervals[(env.id, kind)] = interval
+        return 1
+
+    def _priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
+        if env_id in self._quarantined:
+            return QUARANTINED
+        last = self._last_at.get((env_id, kind))
+        interval = self._interval(self._envs[env_id], kind)
+        if last is None or (interval is not None and now - last > STALE_INTERVALS * interval):
+            return STALE
+        return SUSPECT if env_id in self._suspect else NORMAL
+
+    def _due(self, env_id: str, kind: ProbeKind, due: float | None = None) -> bool:
+        now = time.time()
+        with self._lock:
+            if self._stopping.is_set() or env_id not in self._envs or not self._queue.put(
+                    self._priority(env_id, kind, now), now if due is None else due, env_id, kind):
+                return False
+            self.stats.queued = self._queue.queued
+            self._work_ready.notify()
+        return True
+
+    def enqueue_now(self, env_id: str, kind: ProbeKind) -> bool:
+        """Check soon, out of schedule (tests, the API). False if it is already queued or
+        running, or the environment is unknown."""
+        return self._due(env_id, kind)
+
+    # --- work ---------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                picked = None
+                while picked is None:
+                    if self._stopping.is_set():
+                        return
+                    picked = self._queue.take(self._envs.get)
+                    if picked is None:
+                        self._work_ready.wait()
+                work, env = picked
+                self.stats.queued, self.stats.running = self._queue.queued, self._queue.running
+            try:
+                self._run(work, env)
+            except Exception:  # a worker must survive anything one probe does
+                log.exception("probe work failed", extra={"env": work.env_id,
+                                                          "kind": str(work.kind)})
+            finally:
+                with self._lock:
+                    self._queue.done(work, env)
+                    self.stats.completed += 1
+                    self.stats.queued, self.stats.running = (self._queue.queued,
+                                                             self._queue.running)
+                    self._work_ready.notify()
+
+    def _run(self, work: Work, env: Environment) -> None:
+        lag = max(time.time() - work.due, 0.0)
+        self.stats.last_lag_s = lag
+        self.stats.max_lag_s = max(self.stats.max_lag_s, lag)
+        self.stats.lags.append(lag)
+        with self._lock:
+            window = self._current_window()
+        self._executor.check(env, [work.kind], self._run_of(window), self._record,
+                             self._services)
+
+    def _current_window(self) -> Window:
+        """The open window (call holding the lock); after the final close, a new one: work
+        that outlived the grace period still records, into a run the next start tidies."""
+        if self._window is None:
+            self._window = Window()
+        return self._window
+
+    def _run_of(self, window: Window) -> str:
+        with window.run_lock:
+            if window.run_id is None:  # never raises: a run the store refuses is held
+                window.run_id = self._writes.start_run("daemon", list(self._catalogue.files))
+            return window.run_id
+
+    def _record(self, result: ProbeResult) -> None:
+        key = (result.env_id, result.kind)
+        with self._lock:
+            window = self._current_window()
+            window.writers += 1
+        try:
+            run_id = self._run_of(window)
+            result_id = self._writes.record(run_id, result)  # None: held
+            with self._lock:
+                if key in self._last and key not in window.before:
+                    window.before[key] = self._last[key]
+                self._last[key] = result.status
+                self._last_at[key] = _epoch(result.started_at)
+                window.results.append(result)
+                window.env_ids.add(result.env_id)
+        finally:
+            with self._lock:
+                window.writers -= 1
+                self._records_done.notify_all()
+        extra = {"env": result.env_id, "kind": str(result.kind), "status": str(result.status),
+                 "reason": str(result.reason), "duration_s": round(result.duration_s, 3),
+                 "run": run_id, "result_id": result_id}
+        if result_id is None:
+            extra["held"] = True  # written later, when the store takes writes again
+        log.info("probe result", extra=extra)
+
+    # --- windows ------------------------------------------------------------------------
+
+    def close_window(self, reopen: bool = True) -> CycleOutcome | None:
+        """Close the current window as a check run; write what the store refused so far,
+        then assess, oldest first, every closed window whose results are all written. A
+        window without results stays open (and leaves no run). The outcome of the window
+        closed now if it could be assessed now, else None."""
+        with self._close_lock:
+            with self._lock:
+                window = self._window
+                empty = window is None or (not window.results and not window.writers)
+                if reopen and empty:
+                    window = None
+                else:
+                    self._window = Window() if reopen else None
+                    while window is not None and window.writers:
+                        self._records_done.wait()
+            self._flush_held()
+            if window is not None and window.run_id is not None:
+                self._waiting.append(window)
+            outcome, assessed = self._assess_waiting(window)
+            if not assessed and reopen and not self._stopping.is_set():
+                try:
+                    if self._store.generation() != self._generation:
+                        self._reschedule(self._refresh_states())  # e.g. a manual quarantine
+                except StoreError as exc:
+                    log.error("store unreadable", extra={"error": store_reason(exc)})
+            return outcome
+
+    def _flush_held(self) -> None:
+        held = self._writes.held
+        if self._writes.flush():
+            if held:
+                log.info("held results written", extra={"results": held})
+            return
+        self._bound_waiting()
+        log.error("store not writable: results held", extra={
+            "held": self._writes.held, "dropped": self._writes.dropped,
+            "windows_unassessed": len(self._waiting), "error": self._writes.error})
+
+    def _bound_waiting(self) -> None:
+        """Waiting windows keep their results for the incident judgement; over the bound,
+        the oldest give them up and are assessed from the store alone."""
+        total = sum(len(w.results) for w in self._waiting)
+        for w in self._waiting:
+            if total <= WAITING_RESULTS_MAX:
+                break
+            total -= len(w.results)
+            w.results.clear()
+            w.before.clear()
+
+    def _assess_waiting(self, closed: Window | None) -> tuple[CycleOutcome | None, bool]:
+        outcome, assessed = None, False
+        while self._waiting:
+            window = self._waiting[0]
+            assert window.run_id is not None
+            if self._writes.holds(window.run_id):
+                break  # its results are not all written: assessed at a later tick
+            try:
+                result = self._assess(window)
+            except (StoreError, OSError) as exc:  # e.g. the exports, on a full disk
+                if isinstance(exc, StoreError):
+                    self._writes.note_failure(exc)
+                log.error("window not assessed yet: the store refuses writes",
+                          extra={"run": window.run_id, "windows_unassessed": len(self._waiting),
+                                 "error": store_reason(exc) if isinstance(exc, StoreError)
+                                 else str(exc)})
+                break
+            self._waiting.pop(0)
+            assessed = True
+            if window is closed:
+                outcome = result
+        return outcome, assessed
+
+    def _assess(self, window: Window) -> CycleOutcome:
+        assert window.run_id is not None
+        envs = [self._envs[e] for e in sorted(window.env_ids) if e in self._envs]
+        outcome = assess_cycle(self._store, window.run_id, envs, window.results, window.before)
+        self._writes.note_success()
+        # Finished only once assessed: killed in between, the run is found interrupted and
+        # its results are assessed at the next start.
+        self._writes.finish_run(window.run_id)
+        if outcome.incident is not None:
+            log.warning("infrastructure incident", extra={"run": window.run_id,
+                                                          "detail": outcome.incident[3]})
+        for t in outcome.transitions:
+            log.info("transition", extra={"env": t.env_id, "old": t.old_state,
+                                          "new": t.new_state, "quarantined": t.quarantined,
+                                          "reason": t.reason})
+        try:
+            changed = self._refresh_states()
+        except StoreError as exc:
+            log.error("store unreadable", extra={"error": store_reason(exc)})
+            changed = set()
+        if not self._stopping.is_set():
+            self._reschedule(changed)
+        if self._on_cycle is not None:
+            self._on_cycle(outcome)
+        return outcome
+
+    def _reschedule(self, env_ids: set[str]) -> None:
+        """Quarantine changes the probing rate: a new job from the last result on."""
+        if not env_ids:
+            return
+        now = time.time()
+        with self._jobs_lock:
+            for env_id in sorted(env_ids):
+                env = self._envs.get(env_id)
+                if env is None:
+                    continue
+                for kind in applicable_kinds(env):
+                    self._schedule(env, kind, now)
+        log.info("probing rate changed", extra={"environments": sorted(env_ids)})
+
+    def intervals(self) -> dict[Key, float]:
+        """(environment, kind) -> the probing interval in force now, quarantine included:
+        what the daemon schedules (cheap: no catalogue walk, no job store scan)."""
+        return dict(self._intervals)
+
+    def jobs(self) -> list[Any]:
+        """The (environment, kind) jobs."""
+        return [job for job in self._aps.get_jobs() if job.id not in (WINDOW_JOB, CATCH_UP_JOB)]

@@ -1,0 +1,106 @@
+"""The daemon's queue of due probes: best first, within a bound per image, never twice.
+
+Bookkeeping only, no threads and no lock of its own: the scheduler calls it holding its lock.
+
+- **Order**: by priority (lower first), then by when the work was due, then first come.
+- **Per image**: work whose image already runs ``per_image`` sandboxes is set aside and the
+  next best work runs instead, so one busy image never idles a worker; when a sandbox of the
+  image ends, its best waiting work goes back into the running.
+- **Dedupe**: an (environment, kind) already queued or running is refused.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from envcheck.catalogue.models import Environment
+from envcheck.core.results import ProbeKind
+
+__all__ = ["Key", "Work", "WorkQueue"]
+
+Key = tuple[str, ProbeKind]
+
+
+@dataclass(order=True, frozen=True)
+class Work:
+    priority: int
+    due: float  # wall clock (epoch seconds) when it was due
+    seq: int  # first come, first served among equals
+    env_id: str = field(compare=False)
+    kind: ProbeKind = field(compare=False)
+
+    @property
+    def key(self) -> Key:
+        return (self.env_id, self.kind)
+
+
+class WorkQueue:
+    def __init__(self, per_image: int) -> None:
+        self._per_image = max(per_image, 1)
+        self._pending: list[Work] = []  # a heap
+        self._blocked: dict[str, list[Work]] = {}  # image -> heap of work waiting for a slot
+        self._running: dict[str, int] = {}  # image -> sandboxes now
+        self._busy: set[Key] = set()  # queued or running
+        self._seq = itertools.count()
+        self.queued = 0
+        self.running = 0
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._busy
+
+    def put(self, priority: int, due: float, env_id: str, kind: ProbeKind) -> bool:
+        """Queue the work; False if this (environment, kind) is already queued or running."""
+        if (env_id, kind) in self._busy:
+            return False
+        self._busy.add((env_id, kind))
+        heapq.heappush(self._pending, Work(priority, due, next(self._seq), env_id, kind))
+        self.queued += 1
+        return True
+
+    def take(self, resolve: Callable[[str], Environment | None]
+             ) -> tuple[Work, Environment] | None:
+        """The best work whose image has a free slot, now counted as running; None if there
+        is none. ``resolve`` gives the environment now (None: gone, its work is dropped)."""
+        while self._pending:
+            work = heapq.heappop(self._pending)
+            env = resolve(work.env_id)
+            if env is None:
+                self._busy.discard(work.key)
+                self.queued -= 1
+                continue
+            if self._running.get(env.image, 0) >= self._per_image:
+                heapq.heappush(self._blocked.setdefault(env.image, []), work)
+                continue
+            self.queued -= 1
+            self.running += 1
+            self._running[env.image] = self._running.get(env.image, 0) + 1
+            return work, env
+        return None
+
+    def done(self, work: Work, env: Environment) -> None:
+        """The work taken for ``env`` ended (whatever its outcome)."""
+        self.running -= 1
+        self._busy.discard(work.key)
+        left = self._running[env.image] - 1
+        if left:
+            self._running[env.image] = left
+        else:
+            del self._running[env.image]
+        blocked = self._blocked.get(env.image)
+        if blocked:  # a slot of this image is free: its best waiting work is next
+            heapq.heappush(self._pending, heapq.heappop(blocked))
+            if not blocked:
+                del self._blocked[env.image]
+
+    def clear(self) -> int:
+        """Drop every queued work (running work stays counted); how many were dropped."""
+        dropped = [*self._pending, *itertools.chain.from_iterable(self._blocked.values())]
+        self._pending.clear()
+        self._blocked.clear()
+        for work in dropped:
+            self._busy.discard(work.key)
+        self.queued = 0
+        return len(dropped)
