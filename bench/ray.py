@@ -50,8 +50,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from envcheck.catalogue.models import Environment, load_catalogue  # noqa: E402
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
-from envcheck.executors import Executor, LocalExecutor, RayOptions  # noqa: E402
+from envcheck.executors.base import Executor, RayOptions  # noqa: E402
 from envcheck.executors.cycle import new_run_id  # noqa: E402
+from envcheck.executors.local import LocalExecutor  # noqa: E402
 from envcheck.executors.ray import RayExecutor  # noqa: E402
 from envcheck.sandbox.docker import DockerRuntime  # noqa: E402
 

@@ -30,7 +30,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.models import load_catalogue
 from envcheck.core.errors import CatalogueError, InfraError
-from envcheck.executors import Executor, ExecutorConfig, LocalExecutor, wait_for_executor
+from envcheck.executors.base import Executor, ExecutorConfig
+from envcheck.executors.local import LocalExecutor
+from envcheck.executors.registry import wait_for_executor
+from envcheck.feed.assess import StoreAssessment
 from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
 from envcheck.schedule.scheduler import ProbeScheduler
@@ -124,8 +127,8 @@ def run_daemon(config: DaemonConfig) -> int:
     concurrency = max(config.concurrency, executor.capacity())
     scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
-                               services=build_services,
-                               on_cycle=notifier.on_cycle if notifier is not None else None)
+                               services=build_services, assessment=StoreAssessment(store),
+                               on_cycle=notifier.wake if notifier is not None else None)
     registry = build_registry(store, scheduler)
     _install_reload(config.catalogue, scheduler, store)
     if notifier is not None:

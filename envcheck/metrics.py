@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -33,10 +33,10 @@ from envcheck.core.results import ProbeKind
 from envcheck.store.tables import EnvStateRow, IncidentRow, ProbeResultRow
 
 if TYPE_CHECKING:
-    from envcheck.schedule.scheduler import ProbeScheduler
+    from envcheck.catalogue.models import Catalogue
     from envcheck.store import Store
 
-__all__ = ["BUCKETS", "StoreCollector", "build_registry"]
+__all__ = ["BUCKETS", "LiveSchedule", "StoreCollector", "build_registry"]
 
 INCIDENT_KINDS = ("engine_unreachable", "failure_storm")  # exported at 0 before the first
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
@@ -61,8 +61,37 @@ class _Folded:
         self.last_pass: dict[tuple[str, str], datetime] = {}
 
 
+class _Counters(Protocol):
+    @property
+    def queued(self) -> int: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def lags(self) -> Iterable[float]: ...
+
+
+class _Held(Protocol):
+    @property
+    def held(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+
+
+class LiveSchedule(Protocol):
+    """What the daemon hands the collector of its scheduler (the scheduler itself fits): read
+    at scrape time, so the metrics module never imports or drives the scheduler."""
+
+    @property
+    def catalogue(self) -> Catalogue: ...
+    @property
+    def stats(self) -> _Counters: ...
+    @property
+    def writes(self) -> _Held: ...
+    def jobs(self) -> Sized: ...
+
+
 class StoreCollector(Collector):
-    def __init__(self, store: Store, scheduler: ProbeScheduler | None = None,
+    def __init__(self, store: Store, scheduler: LiveSchedule | None = None,
                  now: Any = time.time) -> None:
         self._store = store
         self._scheduler = scheduler
@@ -128,13 +157,10 @@ class StoreCollector(Collector):
         this collector has no scheduler (then every stored result counts)."""
         if self._scheduler is None:
             return None
-        from envcheck.feed.assess import applicable_kinds
-        from envcheck.schedule.scheduler import interval_of
-
         scheduled: dict[tuple[str, str], float] = {}
         for env in self._scheduler.catalogue.environments:
-            for kind in applicable_kinds(env):
-                interval = interval_of(env, kind, env.id in quarantined)
+            for kind in env.declared_kinds():
+                interval = env.schedules.interval(kind, env.id in quarantined)
                 if interval is not None:
                     scheduled[(env.id, str(kind))] = interval
         return scheduled
@@ -232,7 +258,7 @@ class StoreCollector(Collector):
         yield self._healthy_fraction()
 
     def _healthy_fraction(self) -> Metric:
-        from envcheck.feed.assess import allowlist
+        from envcheck.feed.allowlist import allowlist
 
         fraction = GaugeMetricFamily("envcheck_suite_healthy_fraction",
                                      "Share of the suite schedulers may use now",
@@ -319,7 +345,7 @@ class StoreCollector(Collector):
         yield from (depth, running, lag, jobs, held, lost)
 
 
-def build_registry(store: Store, scheduler: ProbeScheduler | None = None) -> CollectorRegistry:
+def build_registry(store: Store, scheduler: LiveSchedule | None = None) -> CollectorRegistry:
     """A fresh registry (never the global one) holding envcheck's collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store, scheduler))

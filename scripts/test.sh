@@ -78,6 +78,8 @@ log "ruff check"
 .venv/bin/ruff check envcheck tests scripts bench dashboards || failed+=(ruff)
 log "mypy"
 .venv/bin/mypy || failed+=(mypy)
+log "layers (import contracts in pyproject.toml)"
+.venv/bin/lint-imports --no-cache || failed+=(layers)
 log "pytest $*"
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

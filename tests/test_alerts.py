@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from envcheck.catalogue.models import Catalogue, load_catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.feed.assess import evaluate
+from envcheck.feed.assess import StoreAssessment, evaluate
 from envcheck.metrics import StoreCollector
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.schedule.scheduler import ProbeScheduler
@@ -188,7 +188,8 @@ def seeded_scrape(tmp_path: Path) -> Iterator[str]:
     now = datetime.now(UTC)
     with open_store(f"sqlite:///{tmp_path / 'lint.db'}") as store:
         seed(store, catalogue, now)
-        scheduler = ProbeScheduler(catalogue, executor=None, store=store)  # type: ignore[arg-type]
+        scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
+                                   assessment=StoreAssessment(store))
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StoreCollector(store, scheduler, now=now.timestamp))
         yield generate_latest(registry).decode()

@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 import requests
 
-from envcheck.api.app import ApiConfigError, create_app, load_api_token, serve_in_thread
+from envcheck.api.app import create_app, serve_in_thread
 from envcheck.api.cache import Rendered, ResponseCache, render
 from envcheck.catalogue.models import DependencySpec, Environment, Suite
 from envcheck.core.errors import StoreError
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
+from envcheck.net.apitoken import ApiConfigError, load_api_token
 from envcheck.store import Store, open_store
 from tests.conftest import envcheck_cmd
 

@@ -26,7 +26,8 @@ from streamlit.testing.v1 import AppTest
 from envcheck.api.app import create_app, serve_in_thread
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.dashboard import queries as dashboard_data
-from envcheck.feed.assess import allowlist, evaluate
+from envcheck.feed.allowlist import allowlist
+from envcheck.feed.assess import evaluate
 from envcheck.health.sprt import wilson_interval
 from envcheck.store import open_store
 from envcheck.store.views import EnvFilter
@@ -575,7 +576,7 @@ def test_store_views_agree_on_both_backends(backend_url: str) -> None:
         assert version.generation == store.generation()
         assert version.newest_result_at == fleet.T0 + timedelta(
             hours=fleet.CYCLES - 1, seconds=10 * (len(fleet.FLEET) - 2))  # term-engine-down
-        overview = {s.suite: s for s in store.suite_overview()}
+        overview = {s.suite: s for s in dashboard_data.suite_stats(store)}
         assert overview["swe-train"].allowed == len(allowlist(store, "swe-train").allowed)
         page1 = store.environment_page(EnvFilter(), 0, 10)
         page3 = store.environment_page(EnvFilter(), 20, 10)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from envcheck.executors import ExecutorConfig, ExecutorKind, RayOptions
+from envcheck.executors.base import ExecutorConfig, ExecutorKind, RayOptions
 from tests.conftest import DEMO, ROOT, envcheck_cmd
 
 # Runs `envcheck check --executor local` in a process where `import ray` fails, as it does

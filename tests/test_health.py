@@ -9,15 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envcheck.core.results import ProbeKind, Status
+from envcheck.core.states import EnvState, Observation
 from envcheck.health.quarantine import QuarantineEntry, Source, allowed, decide, manual
-from envcheck.health.sprt import (
-    EnvState,
-    HealthPolicy,
-    Observation,
-    assess_env,
-    assess_kind,
-    wilson_interval,
-)
+from envcheck.health.sprt import HealthPolicy, assess_env, assess_kind, wilson_interval
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KIND = ProbeKind.TERMINAL

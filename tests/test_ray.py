@@ -33,7 +33,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from envcheck.catalogue.models import Catalogue, load_catalogue  # noqa: E402
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
-from envcheck.executors import RayOptions  # noqa: E402
+from envcheck.executors.base import RayOptions  # noqa: E402
 from envcheck.executors.cycle import new_run_id, run_cycle  # noqa: E402
 from envcheck.executors.ray import RayExecutor  # noqa: E402
 from envcheck.feed.assess import assess_cycle, previous_statuses  # noqa: E402

@@ -21,17 +21,17 @@ from typing import Any
 import docker
 import pytest
 
-import envcheck.executors as executors_mod
+import envcheck.executors.local as executors_mod
 import envcheck.schedule.scheduler as scheduler_mod
 from envcheck.catalogue.models import MIN_SCHEDULE_ENV, Catalogue, Environment, load_catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.executors import LocalExecutor
 from envcheck.executors.cycle import ResultSink, Services
-from envcheck.feed.assess import CycleOutcome, set_quarantine_by_id
+from envcheck.executors.local import LocalExecutor
+from envcheck.feed.assess import StoreAssessment, set_quarantine_by_id
 from envcheck.kinds import Verdict, load_probe
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 from envcheck.sandbox.docker import LABEL_TAG, DockerRuntime
-from envcheck.schedule.scheduler import ProbeScheduler
+from envcheck.schedule.scheduler import ProbeScheduler, WindowOutcome
 from envcheck.store import Store, open_store
 from tests.conftest import SESSION_TAG
 
@@ -178,6 +178,7 @@ def make(store: Store, fake: FakeChecks) -> Iterator[Make]:
 
     def build(catalogue: Catalogue, **kwargs: Any) -> ProbeScheduler:
         kwargs.setdefault("window_s", 3600.0)
+        kwargs.setdefault("assessment", StoreAssessment(store))
         s = ProbeScheduler(catalogue, LocalExecutor(NoRuntime()), store, **kwargs)
         made.append(s)
         return s
@@ -356,8 +357,8 @@ def test_window_assesses_its_results(tmp_path: Path, store: Store, fake: FakeChe
                                      make: Make) -> None:
     cat = write_catalogue(tmp_path / "c.yaml", {"x": "img-x", "y": "img-y"})
     fake.verdicts["x"] = FAIL
-    cycles: list[CycleOutcome] = []
-    s = make(cat, on_cycle=cycles.append)
+    cycles: list[str] = []
+    s = make(cat, on_cycle=lambda: cycles.append("assessed"))
     s.start()
     assert s.close_window() is None, "nothing happened: no run, no assessment"
     assert store.runs() == []
@@ -371,7 +372,7 @@ def test_window_assesses_its_results(tmp_path: Path, store: Store, fake: FakeChe
         probe(env_id)
     outcome = s.close_window()
     assert outcome is not None and outcome.incident is None
-    assert cycles == [outcome]
+    assert cycles == ["assessed"]
     moved = {t.env_id: (t.new_state, t.quarantined) for t in outcome.transitions}
     assert moved == {"x": ("broken", True), "y": ("healthy", False)}
     [run] = store.runs()
@@ -430,12 +431,13 @@ def test_a_window_closes_only_after_results_being_written(tmp_path: Path, store:
                                                           fake: FakeChecks) -> None:
     cat = write_catalogue(tmp_path / "c.yaml", {"w": "img"})
     slow = SlowStore(store, "w")
-    s = ProbeScheduler(cat, LocalExecutor(NoRuntime()), slow, window_s=3600)
+    s = ProbeScheduler(cat, LocalExecutor(NoRuntime()), slow, window_s=3600,
+                       assessment=StoreAssessment(slow))
     s.start()
     try:
         s.enqueue_now("w", T)
         assert slow.writing.wait(10)
-        closed: list[CycleOutcome | None] = []
+        closed: list[WindowOutcome | None] = []
         closer = threading.Thread(target=lambda: closed.append(s.close_window()))
         closer.start()
         closer.join(0.3)
@@ -632,6 +634,7 @@ def test_sandbox_bounds_on_the_engine(tmp_path: Path, store: Store, runtime: Doc
     bound = min(concurrency, len(images) * (per_image or concurrency))
     counting = CountingRuntime(runtime, hold_first=bound)
     s = ProbeScheduler(cat, LocalExecutor(counting), store, concurrency=concurrency,
+                       assessment=StoreAssessment(store),
                        per_image=per_image, window_s=3600)
     sampler = EngineSampler()
     s.start()

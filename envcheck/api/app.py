@@ -35,7 +35,6 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import os
 import signal
 import socket
 import threading
@@ -68,11 +67,18 @@ from envcheck.api.models import (
     ResultOut,
     TransitionOut,
 )
-from envcheck.core.errors import ConfigError, EnvcheckError, StoreError
-from envcheck.feed.assess import UnknownSuite, allowlist, set_quarantine_by_id
+from envcheck.core.errors import EnvcheckError, StoreError
+from envcheck.core.states import EnvState
+from envcheck.feed.allowlist import UnknownSuite, allowlist
+from envcheck.feed.assess import set_quarantine_by_id
 from envcheck.feed.exports import write_exports
 from envcheck.health.quarantine import allowed
-from envcheck.health.sprt import EnvState
+from envcheck.net.apitoken import (
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
+    ApiConfigError,
+    load_api_token,
+)
 from envcheck.store import Store
 
 __all__ = [
@@ -89,38 +95,10 @@ __all__ = [
 
 log = logging.getLogger("envcheck.api.app")
 
-TOKEN_ENV = "ENVCHECK_API_TOKEN"
-TOKEN_FILE_ENV = "ENVCHECK_API_TOKEN_FILE"
-MIN_TOKEN_LENGTH = 16
 DEFAULT_PORT = 8787
 DEFAULT_CACHE_TTL_S = 5.0
 MANUAL_ACTOR = "api"
 _REALM = 'Bearer realm="envcheck"'
-
-
-class ApiConfigError(ConfigError):
-    """The API's token setting is unusable (both variables set, unreadable or too short)."""
-
-
-def load_api_token(environ: Mapping[str, str] | None = None) -> str | None:
-    """The mutation token from ``$ENVCHECK_API_TOKEN`` or the file ``$ENVCHECK_API_TOKEN_FILE``;
-    None when neither is set (the API is then read-only). Messages never contain it."""
-    environ = os.environ if environ is None else environ
-    value, path = environ.get(TOKEN_ENV, ""), environ.get(TOKEN_FILE_ENV, "")
-    if value and path:
-        raise ApiConfigError(f"set {TOKEN_ENV} or {TOKEN_FILE_ENV}, not both")
-    if path:
-        try:
-            value = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise ApiConfigError(f"cannot read {TOKEN_FILE_ENV} ({path}): {why}") from None
-        if not value.strip():
-            raise ApiConfigError(f"the token file {path} is empty")
-    value = value.strip()
-    if value and len(value) < MIN_TOKEN_LENGTH:
-        raise ApiConfigError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
-    return value or None
 
 
 class ApiProblem(Exception):

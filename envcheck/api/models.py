@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from envcheck.core.results import ProbeResult
-from envcheck.feed.assess import Allowlist
+from envcheck.feed.allowlist import Allowlist
 from envcheck.store.tables import EnvStateRow, TransitionRow
 
 __all__ = [

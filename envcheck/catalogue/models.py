@@ -164,6 +164,13 @@ class Schedules(_Model):
     jitter_s: float = Field(30.0, ge=0)
     quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined")
 
+    def interval(self, kind: ProbeKind, quarantined: bool) -> float | None:
+        """Seconds between probes of ``kind`` (None: off), slowed down while quarantined."""
+        base: float | None = getattr(self, str(kind))
+        if base is None:
+            return None
+        return base * self.quarantined_factor if quarantined else base
+
 
 _PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
@@ -547,6 +554,14 @@ class Environment(EnvironmentEntry):
     """An environment with its suite's defaults applied: what probes see."""
 
     suite: Ident
+
+    def declared_kinds(self) -> list[ProbeKind]:
+        """The probe kinds that apply: what the environment declares (a terminal always).
+        Catalogue data, so the scheduler, the feed and the metrics agree without a probe."""
+        declared = {ProbeKind.TERMINAL: True, ProbeKind.DEPENDENCIES: self.dependencies is not None,
+                    ProbeKind.TESTS: self.tests is not None,
+                    ProbeKind.DATASOURCE: bool(self.data_sources)}
+        return [kind for kind in ProbeKind if declared.get(kind, False)]
 
     def spec_hash(self, kind: ProbeKind) -> str:
         """Hash of what the given probe kind checks: evidence counts only under one hash."""

@@ -41,10 +41,11 @@ from envcheck.cli.common import (
 from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
 from envcheck.core.errors import ConfigError, EngineUnreachable, InfraError, StoreError
-from envcheck.core.results import ProbeKind, ProbeResult, Status
-from envcheck.executors import ExecutorConfig, ExecutorKind, open_executor
+from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
+from envcheck.executors.base import ExecutorConfig, ExecutorKind
 from envcheck.executors.cycle import ResultSink, Services, unchecked
-from envcheck.feed.assess import Previous, previous_statuses
+from envcheck.executors.registry import open_executor
+from envcheck.feed.assess import previous_statuses
 from envcheck.kinds import available_kinds
 from envcheck.kinds.collaborators import build_services
 from envcheck.sandbox.docker import DockerRuntime
@@ -448,10 +449,10 @@ def daemon(
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     import os
 
-    from envcheck.api.app import load_api_token
     from envcheck.core.logs import configure
     from envcheck.daemon import DaemonConfig, run_daemon
     from envcheck.feed.exports import EXPORT_DIR_ENV
+    from envcheck.net.apitoken import load_api_token
     from envcheck.notify.config import WebhookConfigError, load_webhooks
     from envcheck.store.database import data_dir
 

@@ -41,7 +41,7 @@ def gate(
 ) -> None:
     """Print the suite's allowlist; exit 1 if a named environment is excluded or too few are
     allowed. Made for launch scripts: ``envcheck gate --suite S || exit 1``."""
-    from envcheck.feed.assess import UnknownSuite, allowlist
+    from envcheck.feed.allowlist import UnknownSuite, allowlist
 
     if fmt not in ("text", "json"):
         err.print(f"[red]error[/red] --format must be text or json, not {fmt!r}")

@@ -247,3 +247,8 @@ class ProbeResult:
             "details": self.details,
             "evidence": [e.to_json() for e in self.evidence],
         }
+
+
+# The status each (environment, kind) had before a cycle: what a cycle's results are judged
+# against (a sudden storm of failures among previously passing probes is an incident).
+Previous = dict[tuple[str, ProbeKind], Status]

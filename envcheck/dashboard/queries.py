@@ -25,17 +25,18 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import streamlit as st
 
-from envcheck.api.app import ApiConfigError, load_api_token
 from envcheck.client import ApiError, EnvcheckClient, EnvcheckUnavailable
 from envcheck.core.errors import EnvcheckError
-from envcheck.health.quarantine import allowed
-from envcheck.health.sprt import EnvState, wilson_interval
+from envcheck.core.states import EnvState
+from envcheck.health.quarantine import allowed, allowed_count
+from envcheck.health.sprt import wilson_interval
+from envcheck.net.apitoken import ApiConfigError, load_api_token
 from envcheck.store import Store, default_database_url, open_store
 from envcheck.store.shapes import DataSourceShape
 from envcheck.store.views import (
@@ -68,6 +69,7 @@ __all__ = [
     "SourceHistory",
     "SourcePoint",
     "SourceSummary",
+    "SuiteStats",
     "api_settings",
     "change_quarantine",
     "data_sources",
@@ -86,6 +88,7 @@ __all__ = [
     "results",
     "source_history",
     "store_for",
+    "suite_stats",
     "timeline",
     "transitions",
     "window_rates",
@@ -124,9 +127,27 @@ def data_version(url: str) -> DataVersion:
 # --- the fleet ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class SuiteStats(SuiteOverview):
+    """A suite's overview with what the allowlist admits of it (the quarantine policy's rule)."""
+
+    allowed: int
+
+    @property
+    def healthy_fraction(self) -> float:
+        """The share of the suite a scheduler may use now (as the allowlist counts it)."""
+        return self.allowed / self.environments if self.environments else 0.0
+
+
+def suite_stats(store: Store) -> list[SuiteStats]:
+    return [SuiteStats(**{f.name: getattr(o, f.name) for f in fields(o)},
+                       allowed=allowed_count(o.open_by_state, o.allow_degraded))
+            for o in store.suite_overview()]
+
+
 @st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)
-def fleet(url: str, version: DataVersion) -> list[SuiteOverview]:
-    return store_for(url).suite_overview()
+def fleet(url: str, version: DataVersion) -> list[SuiteStats]:
+    return suite_stats(store_for(url))
 
 
 @st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)

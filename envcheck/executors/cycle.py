@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
-from typing import Any
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.errors import InfraError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds import ProbeContext, Verdict, load_probe
+from envcheck.kinds.base import Services
 from envcheck.sandbox.base import SandboxRuntime
 
 __all__ = ["ResultSink", "Services", "check_environment", "new_run_id", "run_cycle", "unchecked"]
@@ -23,8 +23,6 @@ __all__ = ["ResultSink", "Services", "check_environment", "new_run_id", "run_cyc
 log = logging.getLogger(__name__)
 
 ResultSink = Callable[[ProbeResult], None]
-# Cycle-wide collaborators by type, built by the composition root (see ProbeContext.service).
-Services = Mapping[type[Any], object]
 
 
 def new_run_id() -> str:

@@ -38,7 +38,7 @@ from envcheck.catalogue.models import DataSource, Environment
 from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.errors import ExecutorUnavailable, InfraError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason
-from envcheck.executors import RayOptions, infra_results
+from envcheck.executors.base import RayOptions, infra_results
 from envcheck.executors.cycle import ResultSink, Services
 from envcheck.executors.ray_task import CheckTask, Observation, Shape, TaskOutcome, run_on_node
 from envcheck.kinds.datasource.probe import DataSourceChecker

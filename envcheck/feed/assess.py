@@ -8,24 +8,23 @@ A cycle judged an infrastructure incident is recorded and moves nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from envcheck.catalogue.models import Environment
-from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.health.quarantine import QuarantineEntry, Source, Transition, allowed, decide, manual
-from envcheck.health.sprt import EnvHealth, EnvState, HealthPolicy, assess_env
-from envcheck.kinds import available_kinds, load_probe
+from envcheck.core.results import Previous, ProbeResult, Reason, Status
+from envcheck.core.states import EnvState
+from envcheck.feed.exports import default_export_dir, write_exports
+from envcheck.health.quarantine import QuarantineEntry, Source, Transition, decide, manual
+from envcheck.health.sprt import EnvHealth, HealthPolicy, assess_env
 from envcheck.store import Store
 from envcheck.store.tables import EnvStateRow, TransitionRow
 
 __all__ = [
-    "Allowlist",
     "CycleOutcome",
     "InfraGuard",
-    "UnknownSuite",
-    "allowlist",
+    "StoreAssessment",
     "assess_cycle",
     "cycle_incident",
     "evaluate",
@@ -43,7 +42,6 @@ class InfraGuard:
     min_results: int = 4  # below this a share means nothing
 
 
-Previous = dict[tuple[str, ProbeKind], Status]
 
 
 def previous_statuses(results: Sequence[ProbeResult]) -> Previous:
@@ -69,10 +67,6 @@ def cycle_incident(results: Sequence[ProbeResult], previous: Previous, guard: In
         return ("failure_storm", len(flipped), len(was_passing),
                 f"{len(flipped)} of {len(was_passing)} probes that passed before failed at once")
     return None
-
-
-def applicable_kinds(env: Environment) -> list[ProbeKind]:
-    return [k for k in available_kinds() if load_probe(k).applies(env)]
 
 
 def _entry(row: EnvStateRow | None) -> QuarantineEntry | None:
@@ -114,7 +108,7 @@ def evaluate(store: Store, envs: Sequence[Environment], policy: HealthPolicy | N
     incidents = store.incident_runs()
     changed: list[TransitionRow] = []
     for env in envs:
-        health = assess_env(env.id, applicable_kinds(env), store.observations(env.id), policy,
+        health = assess_env(env.id, env.declared_kinds(), store.observations(env.id), policy,
                             incidents)
         current = store.env_state(env.id)
         old_state = EnvState(current.state) if current is not None else EnvState.UNKNOWN
@@ -148,41 +142,6 @@ def set_quarantine_by_id(store: Store, env_id: str, *, add: bool, actor: str, re
 
 
 @dataclass(frozen=True, slots=True)
-class Allowlist:
-    suite: str
-    allowed: list[str] = field(default_factory=list)
-    excluded: dict[str, str] = field(default_factory=dict)  # env id -> why
-    generation: int = 0
-
-    @property
-    def healthy_fraction(self) -> float:
-        total = len(self.allowed) + len(self.excluded)
-        return len(self.allowed) / total if total else 0.0
-
-
-class UnknownSuite(LookupError):
-    pass
-
-
-def allowlist(store: Store, suite_id: str, generation: int | None = None) -> Allowlist:
-    """What a scheduler may use from a suite now (read from the store alone, one query)."""
-    suite = next((s for s in store.suites() if s.id == suite_id), None)
-    if suite is None:
-        raise UnknownSuite(suite_id)
-    out = Allowlist(suite_id, generation=store.generation() if generation is None else generation)
-    for row in store.suite_feed_rows(suite_id):
-        state = EnvState(row.state) if row.state is not None else EnvState.UNKNOWN
-        if allowed(state, row.quarantined, suite.allow_degraded):
-            out.allowed.append(row.env_id)
-        elif row.quarantined:
-            out.excluded[row.env_id] = f"quarantined ({row.q_source}): {row.q_reason}"
-        else:
-            why = row.reason if row.state is not None else "never checked"
-            out.excluded[row.env_id] = f"{state}: {why}"
-    return out
-
-
-@dataclass(frozen=True, slots=True)
 class CycleOutcome:
     incident: tuple[str, int, int, str] | None
     transitions: list[TransitionRow]
@@ -196,8 +155,6 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
 
     An incident is recorded first, so the assessment already ignores the cycle's results.
     """
-    from envcheck.feed.exports import default_export_dir, write_exports
-
     incident = cycle_incident(results, before, guard or InfraGuard())
     if incident is not None:
         store.record_incident(run_id, *incident)
@@ -208,3 +165,19 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
     if transitions or not (directory / "quarantine.json").exists():
         write_exports(store, directory)
     return CycleOutcome(incident, transitions)
+
+
+class StoreAssessment:
+    """The scheduler's windows judged by the feed's one rule, against one store: what the
+    daemon hands the scheduler (which knows nothing of the feed)."""
+
+    def __init__(self, store: Store, export_dir: Path | None = None) -> None:
+        self._store, self._export_dir = store, export_dir
+
+    def window(self, run_id: str, envs: Sequence[Environment], results: Sequence[ProbeResult],
+               before: Previous) -> CycleOutcome:
+        return assess_cycle(self._store, run_id, envs, results, before,
+                            export_dir=self._export_dir)
+
+    def catch_up(self, envs: Sequence[Environment]) -> list[TransitionRow]:
+        return evaluate(self._store, envs)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envcheck.feed.assess import allowlist
+from envcheck.feed.allowlist import allowlist
 from envcheck.store import Store
 
 __all__ = ["EXPORT_VERSION", "default_export_dir", "write_exports"]

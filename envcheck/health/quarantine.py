@@ -7,13 +7,16 @@ and the transitions that lead to it. Storage and exports read the transitions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from envcheck.health.sprt import EnvHealth, EnvState
+from envcheck.core.states import EnvState
+from envcheck.health.sprt import EnvHealth
 
-__all__ = ["AUTO_ACTOR", "QuarantineEntry", "Source", "Transition", "allowed", "decide"]
+__all__ = ["AUTO_ACTOR", "QuarantineEntry", "Source", "Transition", "allowed", "allowed_count",
+           "decide"]
 
 AUTO_ACTOR = "envcheck"
 
@@ -101,3 +104,10 @@ def allowed(state: EnvState, quarantined: bool, allow_degraded: bool) -> bool:
     if quarantined:
         return False
     return state is EnvState.HEALTHY or (allow_degraded and state is EnvState.DEGRADED)
+
+
+def allowed_count(open_by_state: Mapping[str, int], allow_degraded: bool) -> int:
+    """How many of a suite's environments not quarantined (counted by state) :func:`allowed`
+    admits: the same rule as the allowlist, for views that count instead of list."""
+    return sum(n for state, n in open_by_state.items()
+               if allowed(EnvState(state), False, allow_degraded))

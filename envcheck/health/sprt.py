@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
 
 from envcheck.core.results import ProbeKind, Reason, Status
+from envcheck.core.states import EnvState, Observation
 
 __all__ = [
     "EnvState",
@@ -31,25 +30,6 @@ __all__ = [
     "wilson_interval",
 ]
 
-
-class EnvState(StrEnum):
-    UNKNOWN = "unknown"
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"
-    FLAKY = "flaky"
-    BROKEN = "broken"
-
-    @property
-    def severity(self) -> int:
-        return _SEVERITY[self]
-
-    @property
-    def bad(self) -> bool:
-        return self in (EnvState.FLAKY, EnvState.BROKEN)
-
-
-_SEVERITY = {EnvState.HEALTHY: 0, EnvState.UNKNOWN: 1, EnvState.DEGRADED: 2,
-             EnvState.FLAKY: 3, EnvState.BROKEN: 4}
 
 # Passes that needed help (retries) are evidence of trouble, not of health.
 DEGRADED_REASONS = frozenset({"recovered_after_retry"})
@@ -83,23 +63,6 @@ class HealthPolicy:
     @property
     def lower(self) -> float:
         return math.log(self.beta / (1 - self.alpha))
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """One stored result, reduced to what the health model reads."""
-
-    status: Status
-    reason: str
-    started_at: datetime
-    image_digest: str | None
-    spec_hash: str
-    run_id: str = ""
-    result_id: int | None = None
-
-    @property
-    def identity(self) -> tuple[str | None, str]:
-        return (self.image_digest, self.spec_hash)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,11 @@ from envcheck.core.errors import InfraError, SandboxStartFailed
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 
-__all__ = ["Probe", "ProbeContext", "Verdict"]
+__all__ = ["Probe", "ProbeContext", "Services", "Verdict"]
 
 log = logging.getLogger(__name__)
+# Cycle-wide collaborators by type, built by the composition root (see ProbeContext.service).
+Services = Mapping[type[Any], object]
 T = TypeVar("T")
 
 
@@ -84,8 +86,10 @@ class Probe(ABC):
     uses_engine: ClassVar[bool] = True
 
     def applies(self, env: Environment) -> bool:
-        """False when the environment declares nothing for this kind (result: skip)."""
-        return True
+        """False when the environment declares nothing for this kind (result: skip); a kind
+        from outside envcheck's own applies to every environment unless it says otherwise."""
+        own = self.kind in ProbeKind.__members__.values()
+        return not own or self.kind in env.declared_kinds()
 
     @abstractmethod
     def check(self, ctx: ProbeContext) -> Verdict: ...

@@ -7,13 +7,14 @@ Build them once per process: their caches are scoped by run id already.
 from __future__ import annotations
 
 from envcheck.catalogue.models import Catalogue
-from envcheck.executors.cycle import Services
-from envcheck.store import Store
+from envcheck.kinds.base import Services
+from envcheck.kinds.datasource.sampling import ShapeStore
 
 __all__ = ["build_services"]
 
 
-def build_services(catalogue: Catalogue, store: Store) -> Services:
+def build_services(catalogue: Catalogue, shapes: ShapeStore) -> Services:
+    """``shapes``: where data-source fingerprints are kept (the result store)."""
     from envcheck.kinds.datasource.probe import DataSourceChecker
 
-    return {DataSourceChecker: DataSourceChecker(catalogue.data_sources, store)}
+    return {DataSourceChecker: DataSourceChecker(catalogue.data_sources, shapes)}

@@ -31,10 +31,10 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from apscheduler.executors.base import BaseExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -44,14 +44,13 @@ from sqlalchemy import select as sa_select
 
 from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.errors import StoreError
-from envcheck.core.results import ProbeKind, ProbeResult
-from envcheck.executors import Executor
+from envcheck.core.results import Previous, ProbeKind, ProbeResult
+from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
-from envcheck.feed.assess import CycleOutcome, Previous, applicable_kinds, assess_cycle, evaluate
 from envcheck.schedule.workqueue import Key, Work, WorkQueue
 from envcheck.store import Store
 from envcheck.store.pending import DEFAULT_LIMIT, PendingWrites, store_reason
-from envcheck.store.tables import CheckRun, ProbeResultRow, RunState
+from envcheck.store.tables import CheckRun, ProbeResultRow, RunState, TransitionRow
 
 __all__ = ["ProbeScheduler", "SchedulerStats"]
 
@@ -67,6 +66,25 @@ RESTART_SPREAD_S = 5.0
 STALE_INTERVALS = 2.0
 # Results kept in memory by windows waiting for the store (besides those it holds).
 WAITING_RESULTS_MAX = DEFAULT_LIMIT
+
+
+class WindowOutcome(Protocol):
+    """What the assessment of a window says: an infrastructure incident, or transitions."""
+
+    @property
+    def incident(self) -> tuple[str, int, int, str] | None: ...
+    @property
+    def transitions(self) -> Sequence[TransitionRow]: ...
+
+
+class Assessment(Protocol):
+    """How closed windows are judged: the feed's rule, wired in by the daemon
+    (:class:`envcheck.feed.assess.StoreAssessment`), so the scheduler decides only *when*."""
+
+    def window(self, run_id: str, envs: Sequence[Environment],
+               results: Sequence[ProbeResult], before: Previous) -> WindowOutcome: ...
+
+    def catch_up(self, envs: Sequence[Environment]) -> Sized: ...
 
 
 @dataclass(eq=False)
@@ -87,13 +105,6 @@ class SchedulerStats:
     last_lag_s: float = 0.0
     max_lag_s: float = 0.0
     lags: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
-
-
-def interval_of(env: Environment, kind: ProbeKind, quarantined: bool) -> float | None:
-    base: float | None = getattr(env.schedules, str(kind))
-    if base is None:
-        return None
-    return base * env.schedules.quarantined_factor if quarantined else base
 
 
 def _epoch(at: datetime) -> float:
@@ -135,7 +146,8 @@ class ProbeScheduler:
     def __init__(self, catalogue: Catalogue, executor: Executor, store: Store, *,
                  concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
                  services: Callable[[Catalogue, Store], Services] | None = None,
-                 on_cycle: Callable[[CycleOutcome], None] | None = None,
+                 assessment: Assessment,
+                 on_cycle: Callable[[], None] | None = None,
                  writes: PendingWrites | None = None) -> None:
         self._catalogue = catalogue
         self._envs = {env.id: env for env in catalogue.environments}
@@ -150,6 +162,7 @@ class ProbeScheduler:
         self._build_services = services
         self._services: Services | None = services(catalogue, store) if services else None
         self._on_cycle = on_cycle
+        self._assessment = assessment
         # _lock guards the queue, the stats, the states and the window; never call the store
         # or APScheduler while holding it (APScheduler calls _due holding its own lock).
         self._lock = threading.Lock()
@@ -196,7 +209,7 @@ class ProbeScheduler:
         with self._jobs_lock:
             now = time.time()
             for env in self._catalogue.environments:
-                for kind in applicable_kinds(env):
+                for kind in env.declared_kinds():
                     self._schedule(env, kind, now)
             self._aps.add_job(self.close_window, IntervalTrigger(seconds=self._window_s),
                               id=WINDOW_JOB, executor="window", replace_existing=True)
@@ -261,7 +274,7 @@ class ProbeScheduler:
                 return
             wanted: dict[str, tuple[Environment, ProbeKind]] = {
                 f"{env.id}:{kind}": (env, kind)
-                for env in catalogue.environments for kind in applicable_kinds(env)}
+                for env in catalogue.environments for kind in env.declared_kinds()}
             removed = added = 0
             keep: set[str] = set()
             for job in self.jobs():
@@ -290,7 +303,7 @@ class ProbeScheduler:
             if self._stopping.is_set():
                 break
             batch = envs[i:i + CATCH_UP_BATCH]
-            transitions += len(evaluate(self._store, batch))
+            transitions += len(self._assessment.catch_up(batch))
             done += len(batch)
         if not self._stopping.is_set():
             self._reschedule(self._refresh_states())
@@ -313,7 +326,7 @@ class ProbeScheduler:
         return changed
 
     def _interval(self, env: Environment, kind: ProbeKind) -> float | None:
-        return interval_of(env, kind, env.id in self._quarantined)
+        return env.schedules.interval(kind, env.id in self._quarantined)
 
     def _same_trigger(self, job: Any, env: Environment, kind: ProbeKind) -> bool:
         trigger = job.trigger
@@ -444,7 +457,7 @@ class ProbeScheduler:
 
     # --- windows ------------------------------------------------------------------------
 
-    def close_window(self, reopen: bool = True) -> CycleOutcome | None:
+    def close_window(self, reopen: bool = True) -> WindowOutcome | None:
         """Close the current window as a check run; write what the store refused so far,
         then assess, oldest first, every closed window whose results are all written. A
         window without results stays open (and leaves no run). The outcome of the window
@@ -493,7 +506,7 @@ class ProbeScheduler:
             w.results.clear()
             w.before.clear()
 
-    def _assess_waiting(self, closed: Window | None) -> tuple[CycleOutcome | None, bool]:
+    def _assess_waiting(self, closed: Window | None) -> tuple[WindowOutcome | None, bool]:
         outcome, assessed = None, False
         while self._waiting:
             window = self._waiting[0]
@@ -516,10 +529,10 @@ class ProbeScheduler:
                 outcome = result
         return outcome, assessed
 
-    def _assess(self, window: Window) -> CycleOutcome:
+    def _assess(self, window: Window) -> WindowOutcome:
         assert window.run_id is not None
         envs = [self._envs[e] for e in sorted(window.env_ids) if e in self._envs]
-        outcome = assess_cycle(self._store, window.run_id, envs, window.results, window.before)
+        outcome = self._assessment.window(window.run_id, envs, window.results, window.before)
         self._writes.note_success()
         # Finished only once assessed: killed in between, the run is found interrupted and
         # its results are assessed at the next start.
@@ -539,7 +552,7 @@ class ProbeScheduler:
         if not self._stopping.is_set():
             self._reschedule(changed)
         if self._on_cycle is not None:
-            self._on_cycle(outcome)
+            self._on_cycle()
         return outcome
 
     def _reschedule(self, env_ids: set[str]) -> None:
@@ -552,7 +565,7 @@ class ProbeScheduler:
                 env = self._envs.get(env_id)
                 if env is None:
                     continue
-                for kind in applicable_kinds(env):
+                for kind in env.declared_kinds():
                     self._schedule(env, kind, now)
         log.info("probing rate changed", extra={"environments": sorted(env_ids)})
 

@@ -17,7 +17,7 @@ from sqlmodel import Session, col, select
 
 from envcheck.catalogue.models import Suite
 from envcheck.core.results import ProbeKind, Status
-from envcheck.health.sprt import Observation
+from envcheck.core.states import Observation
 from envcheck.store.tables import (
     EnvironmentRow,
     EnvStateRow,

@@ -39,8 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from envcheck.core.errors import StoreError
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
-from envcheck.health.quarantine import allowed
-from envcheck.health.sprt import EnvState
+from envcheck.core.states import EnvState
 from envcheck.store.tables import (
     CheckRun,
     DataSourceShapeRow,
@@ -109,15 +108,10 @@ class SuiteOverview:
     description: str
     allow_degraded: bool
     environments: int
-    allowed: int
     by_state: dict[str, int]
+    open_by_state: dict[str, int]  # the same, for environments not quarantined
     quarantined: int
     quarantined_manual: int
-
-    @property
-    def healthy_fraction(self) -> float:
-        """The share of the suite a scheduler may use now (as the allowlist counts it)."""
-        return self.allowed / self.environments if self.environments else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,8 +296,9 @@ class ViewRecords:
     # --- the fleet ------------------------------------------------------------------------
 
     def suite_overview(self) -> list[SuiteOverview]:
-        """Per suite: members, states, quarantine, and what the allowlist admits; one grouped
-        query over environments and their states."""
+        """Per suite: members, states and quarantine; one grouped query over environments and
+        their states. What the allowlist admits of it is policy: see
+        :func:`envcheck.health.quarantine.allowed_count`."""
         state = func.coalesce(_STATES.c.state, EnvState.UNKNOWN.value)
         quarantined = func.coalesce(_STATES.c.quarantined, false())
         query = (select(_ENVS.c.suite, state, quarantined, _STATES.c.q_source, func.count())
@@ -314,27 +309,25 @@ class ViewRecords:
             suites = {row.id: row for row in conn.execute(select(_SUITES))}
         counts: dict[str, dict[str, Any]] = {}
         for suite, st, q, source, n in groups:
-            entry = counts.setdefault(suite, {"n": 0, "allowed": 0, "by_state": {}, "q": 0,
+            entry = counts.setdefault(suite, {"n": 0, "open": {}, "by_state": {}, "q": 0,
                                               "manual": 0})
-            row = suites.get(suite)
-            degraded_ok = bool(row.allow_degraded) if row is not None else False
             entry["n"] += n
             entry["by_state"][st] = entry["by_state"].get(st, 0) + n
             if q:
                 entry["q"] += n
                 entry["manual"] += n if source == "manual" else 0
-            if allowed(EnvState(st), bool(q), degraded_ok):
-                entry["allowed"] += n
+            else:
+                entry["open"][st] = entry["open"].get(st, 0) + n
         out = []
         for suite in sorted(counts.keys() | suites.keys()):
-            entry = counts.get(suite, {"n": 0, "allowed": 0, "by_state": {}, "q": 0,
+            entry = counts.get(suite, {"n": 0, "open": {}, "by_state": {}, "q": 0,
                                        "manual": 0})
             row = suites.get(suite)
             out.append(SuiteOverview(
                 suite, row.description if row is not None else "",
                 bool(row.allow_degraded) if row is not None else False, entry["n"],
-                entry["allowed"], {s: entry["by_state"].get(s, 0) for s in _SEVERITY_ORDER
-                                   if entry["by_state"].get(s)}, entry["q"], entry["manual"]))
+                {s: entry["by_state"].get(s, 0) for s in _SEVERITY_ORDER
+                 if entry["by_state"].get(s)}, entry["open"], entry["q"], entry["manual"]))
         return out
 
     def state_reasons(self) -> list[tuple[str, int]]:

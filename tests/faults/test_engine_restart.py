@@ -23,7 +23,7 @@ import pytest
 
 from envcheck.catalogue.models import Environment, load_catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.executors import LocalExecutor
+from envcheck.executors.local import LocalExecutor
 from envcheck.sandbox.docker import API_VERSION, LABEL_ENV, LABEL_RUN, LABEL_TAG
 from tests.conftest import DEMO, SESSION_TAG
 from tests.engine_proxy import ENGINE, EngineProxy

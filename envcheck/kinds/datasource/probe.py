@@ -190,9 +190,6 @@ class DatasourceProbe(Probe):
     # From the host no engine is involved; an engine failure in-sandbox raises InfraError.
     uses_engine = False
 
-    def applies(self, env: Environment) -> bool:
-        return bool(env.data_sources)
-
     def check(self, ctx: ProbeContext) -> Verdict:
         checker = _checker(ctx)
         reports: list[SourceReport] = []

@@ -41,9 +41,6 @@ _SHOWN = 4  # items named in a summary; all are in details
 class DependenciesProbe(Probe):
     kind = ProbeKind.DEPENDENCIES
 
-    def applies(self, env: Environment) -> bool:
-        return env.dependencies is not None
-
     def check(self, ctx: ProbeContext) -> Verdict:
         env = ctx.env
         spec = env.dependencies

@@ -44,7 +44,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from envcheck.catalogue.models import Environment, TestSpec
+from envcheck.catalogue.models import TestSpec
 from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
 from envcheck.kinds.testvalidity.runs import Phase, Problem, Run, execute, network_error
@@ -297,9 +297,6 @@ def _summary(run: Run) -> dict[str, Any]:
 class TestsProbe(Probe):
     __test__: ClassVar[bool] = False  # not a pytest test class, though its name says so
     kind = ProbeKind.TESTS
-
-    def applies(self, env: Environment) -> bool:
-        return env.tests is not None
 
     def check(self, ctx: ProbeContext) -> Verdict:
         assert ctx.env.tests is not None  # applies() said so

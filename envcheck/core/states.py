@@ -1,0 +1,49 @@
+"""Environment states and the observations they are judged from: the vocabulary the store
+keeps and the health model computes, so the store needs none of the model's policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from envcheck.core.results import Status
+
+__all__ = ["EnvState", "Observation"]
+
+
+class EnvState(StrEnum):
+    UNKNOWN = "unknown"
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    FLAKY = "flaky"
+    BROKEN = "broken"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    @property
+    def bad(self) -> bool:
+        return self in (EnvState.FLAKY, EnvState.BROKEN)
+
+
+_SEVERITY = {EnvState.HEALTHY: 0, EnvState.UNKNOWN: 1, EnvState.DEGRADED: 2,
+             EnvState.FLAKY: 3, EnvState.BROKEN: 4}
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One stored result, reduced to what the health model reads."""
+
+    status: Status
+    reason: str
+    started_at: datetime
+    image_digest: str | None
+    spec_hash: str
+    run_id: str = ""
+    result_id: int | None = None
+
+    @property
+    def identity(self) -> tuple[str | None, str]:
+        return (self.image_digest, self.spec_hash)

@@ -1,0 +1,56 @@
+"""Choosing and connecting an executor by name; the one place that knows every executor.
+
+Ray is imported only here, and only when chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from envcheck.core.errors import InfraError
+from envcheck.executors.base import Executor, ExecutorConfig, ExecutorKind
+from envcheck.executors.local import LocalExecutor
+
+if TYPE_CHECKING:
+    from envcheck.kinds.datasource.sampling import ShapeStore
+
+__all__ = ["open_executor", "wait_for_executor"]
+
+log = logging.getLogger(__name__)
+
+
+def open_executor(config: ExecutorConfig, *, shapes: ShapeStore | None = None) -> Executor:
+    """The configured executor, connected. Raises ``EngineUnreachable`` (local) or
+    ``ExecutorUnavailable`` (ray) when it has nowhere to run checks.
+
+    ``shapes`` is where data-source fingerprints are read and written (the store): remote
+    checks return what they observed and the executor writes it here, in the caller.
+    """
+    if config.kind is ExecutorKind.LOCAL:
+        return LocalExecutor.from_env(config.concurrency)
+    from envcheck.executors.ray import RayExecutor  # the only place Ray is ever imported
+
+    return RayExecutor.connect(config.ray, shapes=shapes)
+
+
+def wait_for_executor(config: ExecutorConfig, stop: threading.Event, *,
+                      shapes: ShapeStore | None = None,
+                      max_wait_s: float | None = None) -> Executor:
+    """:func:`open_executor` for a daemon: the engine or the cluster may come up after us.
+    Retries with backoff (1 s doubling to 30 s) until ``stop`` or ``max_wait_s``; every
+    attempt has its own timeout."""
+    delay, waited = 1.0, 0.0
+    while True:
+        try:
+            return open_executor(config, shapes=shapes)
+        except InfraError as exc:
+            if stop.is_set() or (max_wait_s is not None and waited >= max_wait_s):
+                raise
+            log.warning("executor unavailable, retrying",
+                        extra={"executor": str(config.kind), "error": str(exc),
+                               "retry_in_s": delay})
+            stop.wait(delay)
+            waited += delay
+            delay = min(delay * 2, 30.0)

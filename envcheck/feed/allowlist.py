@@ -1,0 +1,47 @@
+"""What a scheduler may use from a suite now: read from the store alone, in one query, by
+the quarantine policy's one rule (:func:`envcheck.health.quarantine.allowed`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envcheck.core.states import EnvState
+from envcheck.health.quarantine import allowed
+from envcheck.store import Store
+
+__all__ = ["Allowlist", "UnknownSuite", "allowlist"]
+
+
+@dataclass(frozen=True, slots=True)
+class Allowlist:
+    suite: str
+    allowed: list[str] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)  # env id -> why
+    generation: int = 0
+
+    @property
+    def healthy_fraction(self) -> float:
+        total = len(self.allowed) + len(self.excluded)
+        return len(self.allowed) / total if total else 0.0
+
+
+class UnknownSuite(LookupError):
+    pass
+
+
+def allowlist(store: Store, suite_id: str, generation: int | None = None) -> Allowlist:
+    """What a scheduler may use from a suite now (read from the store alone, one query)."""
+    suite = next((s for s in store.suites() if s.id == suite_id), None)
+    if suite is None:
+        raise UnknownSuite(suite_id)
+    out = Allowlist(suite_id, generation=store.generation() if generation is None else generation)
+    for row in store.suite_feed_rows(suite_id):
+        state = EnvState(row.state) if row.state is not None else EnvState.UNKNOWN
+        if allowed(state, row.quarantined, suite.allow_degraded):
+            out.allowed.append(row.env_id)
+        elif row.quarantined:
+            out.excluded[row.env_id] = f"quarantined ({row.q_source}): {row.q_reason}"
+        else:
+            why = row.reason if row.state is not None else "never checked"
+            out.excluded[row.env_id] = f"{state}: {why}"
+    return out
