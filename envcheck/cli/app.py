@@ -331,9 +331,8 @@ def snapshot(
                                "declares, else <catalogue dir>/locks/<env>.txt)")] = None,
 ) -> None:
     """Record an environment's installed Python packages as a pip-freeze lock file."""
-    import os
-
     from envcheck.core.errors import InfraError, SandboxStartFailed
+    from envcheck.core.files import atomic_write_text
     from envcheck.executors.cycle import new_run_id
     from envcheck.kinds.dependencies.lock import format_lock
     from envcheck.kinds.dependencies.probe import SnapshotFailed, take_snapshot
@@ -369,10 +368,7 @@ def snapshot(
         f"envcheck snapshot of {env.id}: {env.image} ({digest})",
         f"python {snap.python_version}, {len(snap.packages)} packages, as user {env.user}",
     ])
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f".{output.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, output)  # a reader never sees half a lock
+    atomic_write_text(output, text)  # a reader never sees half a lock
     err.print(f"{len(snap.packages)} packages of {env.id} (python {snap.python_version})")
     out.print(str(output), highlight=False, soft_wrap=True)
 
