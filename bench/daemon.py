@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from common import proc_status_kib
 from sqlalchemy import insert
 
 from envcheck.catalogue.models import load_catalogue
@@ -50,7 +51,6 @@ from envcheck.kinds import Verdict, load_probe
 from envcheck.store import open_store
 from envcheck.store.tables import EnvStateRow, ProbeResultRow
 
-ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "envcheck-demo/healthy:latest"
 MISSING_IMAGE = "envcheck-demo/never-built:latest"
 RSS_TARGET_MB = 300.0
@@ -135,13 +135,7 @@ def proc_stat(pid: int) -> tuple[float, int]:
 
 def rss_mb(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) in MB."""
-    values: dict[str, float] = {}
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
+    return proc_status_kib("VmRSS", pid) / 1024, proc_status_kib("VmHWM", pid) / 1024
 
 
 def metric(text: str, name: str, labels: str = "") -> float | None:

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common import ROOT
+
 from envcheck.catalogue.models import Environment, load_catalogue
 from envcheck.core.errors import EnvcheckError
 from envcheck.core.results import ProbeKind, ProbeResult, Status
@@ -34,7 +36,6 @@ from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.sandbox.base import SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
 
-ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "probes" / "demo-tests.yaml"
 FLAKY_ENV, HEALTHY_ENV = "demo-tests-flaky", "demo-tests-healthy"
 FLAKY_TEST = "tests/test_cache.py::test_mean_cache_warm"

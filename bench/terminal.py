@@ -30,7 +30,6 @@ import resource
 import select
 import shutil
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -43,6 +42,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from common import ROOT, git_head, median, proc_status_kib
 
 from envcheck.catalogue.models import Environment, load_catalogue
 from envcheck.core.results import ProbeKind, ProbeResult
@@ -66,7 +67,6 @@ from envcheck.sandbox.docker import (
     DockerRuntime,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "probes" / "demo.yaml"
 # demo-slow-shell sleeps ~4 s per shell by design; demo-image-missing has no image.
 DEFAULT_SKIP = ("demo-image-missing", "demo-slow-shell")
@@ -401,18 +401,6 @@ def floor_round(envs: Sequence[Environment], cli: DockerCli) -> Round:
 # --- reporting ----------------------------------------------------------------------------
 
 
-def rss_kib(field_name: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def summarize(envs: Sequence[Environment], rounds: Sequence[Round]) -> dict[str, Any]:
     sides: dict[str, Any] = {}
     for side, phases in (("envcheck", PHASES_ENVCHECK), ("floor", PHASES_FLOOR)):
@@ -544,7 +532,7 @@ def bench(args: argparse.Namespace) -> int:
     run_ids: set[str] = set()
     rounds: list[Round] = []
     noop: list[float] = []
-    after_setup = rss_kib("VmRSS")
+    after_setup = proc_status_kib("VmRSS")
     total = args.warmup + args.rounds
     try:
         for n in range(total):
@@ -579,7 +567,7 @@ def bench(args: argparse.Namespace) -> int:
         "cli_noop_median_s": median(noop),
         "rss": {
             "after_setup_mib": after_setup / 1024,
-            "peak_mib": rss_kib("VmHWM") / 1024,
+            "peak_mib": proc_status_kib("VmHWM") / 1024,
             "children_peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         },
         "host": {
@@ -587,7 +575,7 @@ def bench(args: argparse.Namespace) -> int:
             "cpus": os.cpu_count(),
             "docker_server": cli.text("version", "--format", "{{.Server.Version}}"),
             "docker_client": cli.text("version", "--format", "{{.Client.Version}}"),
-            "git": _git_head(),
+            "git": git_head(),
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     }
@@ -596,12 +584,6 @@ def bench(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps({**extra, **summary}, indent=2) + "\n")
         print(f"\nwrote {args.json}")
     return 0
-
-
-def _git_head() -> str | None:
-    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)
-    return proc.stdout.strip() or None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
 
+from envcheck.core.numbers import percentile
 from envcheck.core.results import ProbeKind
 from envcheck.store.tables import EnvStateRow, IncidentRow, ProbeResultRow
 
@@ -323,14 +324,14 @@ class StoreCollector(Collector):
         depth.add_metric([], stats.queued)
         running = GaugeMetricFamily("envcheck_scheduler_running", "Probes running now")
         running.add_metric([], stats.running)
-        lags = sorted(stats.lags)
+        lags = list(stats.lags)
         lag = GaugeMetricFamily("envcheck_scheduler_lag_seconds",
                                 "Delay from due to started over the recent probes (p50, p95, max)",
                                 labels=["stat"])
         if lags:
             for stat, q in (("p50", 0.5), ("p95", 0.95)):
-                lag.add_metric([stat], lags[min(int(q * len(lags)), len(lags) - 1)])
-            lag.add_metric(["max"], lags[-1])
+                lag.add_metric([stat], percentile(lags, q))
+            lag.add_metric(["max"], max(lags))
         jobs = GaugeMetricFamily("envcheck_scheduled_jobs", "Scheduled (environment, kind) jobs")
         jobs.add_metric([], len(self._scheduler.jobs()))
         writes = self._scheduler.writes

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cachetools import LRUCache
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -38,20 +39,25 @@ def render(key: str, generation: int, body: bytes, now: float) -> Rendered:
 class ResponseCache:
     """Rendered bodies by key (a path with its query). An entry serves while the generation
     is unchanged and it is younger than ``ttl_s``; after that one caller rebuilds it and the
-    others get the old body meanwhile. A new generation is never answered from an older one."""
+    others get the old body meanwhile. A new generation is never answered from an older one.
+
+    Bounded: at most ``max_entries`` bodies (and per-key build locks; keys that never build,
+    such as unknown suites, would otherwise pile up), the least recently used dropped first.
+    The entries outlive ``ttl_s`` on purpose: a stale body is what the others get while one
+    caller rebuilds it."""
 
     def __init__(self, ttl_s: float, clock: Callable[[], float], max_entries: int = 1024) -> None:
-        self._ttl, self._clock, self._max = ttl_s, clock, max_entries
-        self._entries: dict[str, Rendered] = {}
-        self._building: dict[str, threading.Lock] = {}
+        self._ttl, self._clock = ttl_s, clock
+        self._entries: LRUCache[str, Rendered] = LRUCache(max_entries)
+        self._building: LRUCache[str, threading.Lock] = LRUCache(max_entries)
         self._lock = threading.Lock()
 
     def get(self, key: str, generation: int, build: Callable[[], bytes]) -> Rendered:
         with self._lock:
             entry = self._entries.get(key)
-            if key not in self._building and len(self._building) >= self._max:
-                self._building.clear()  # keys that never built (unknown suites) pile up here
-            building = self._building.setdefault(key, threading.Lock())
+            building = self._building.get(key)
+            if building is None:
+                building = self._building[key] = threading.Lock()
         if entry is not None and entry.generation == generation:
             if self._clock() - entry.built_at < self._ttl:
                 return entry
@@ -67,8 +73,6 @@ class ResponseCache:
                 return entry
             fresh = render(key, generation, build(), self._clock())
             with self._lock:
-                if len(self._entries) >= self._max:
-                    self._entries.clear()
                 self._entries[key] = fresh
             return fresh
         finally:

@@ -31,6 +31,8 @@ from envcheck.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_USAGE,
+    CataloguePaths,
+    Database,
     config_error_exit,
     err,
     load_or_exit,
@@ -57,6 +59,13 @@ if TYPE_CHECKING:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="envcheck: which sandbox environments can your RL runs trust?")
+
+Executor = Annotated[ExecutorKind, typer.Option(
+    envvar="ENVCHECK_EXECUTOR", help="where checks run: this host's engine, or Ray tasks on "
+    "nodes declaring the 'docker' resource (pip install envcheck[ray])")]
+RayAddress = Annotated[str | None, typer.Option(
+    envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
+    "(default: RAY_ADDRESS, else the cluster started on this host)")]
 
 # At the end of `check`, how long held results wait for the store to take writes again.
 FINAL_FLUSH_S = 10.0
@@ -85,8 +94,7 @@ def _load(paths: Sequence[Path]) -> Catalogue:
 
 
 @app.command()
-def validate(paths: Annotated[list[Path], typer.Argument(help="catalogue files or folders")]
-             ) -> None:
+def validate(paths: CataloguePaths) -> None:
     """Check catalogue files; exit 2 with file:line and key for every problem."""
     catalogue = _load(paths)
     out.print(f"ok: {len(catalogue.suites)} suite(s), {len(catalogue.environments)} "
@@ -179,21 +187,14 @@ def _raise_on_term(signum: int, frame: FrameType | None) -> None:
 
 @app.command()
 def check(
-    paths: Annotated[list[Path], typer.Argument(help="catalogue files or folders")],
+    paths: CataloguePaths,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="environment id")] = None,
     probe: Annotated[list[str] | None, typer.Option("--probe", "-p", help="probe kind")] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=64)] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per result")] = False,
-    database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
-                                                 help="store URL (default: SQLite)")] = None,
-    executor: Annotated[ExecutorKind, typer.Option(
-        envvar="ENVCHECK_EXECUTOR", help="where checks run: this host's engine, or Ray tasks "
-        "on nodes declaring the 'docker' resource (pip install envcheck[ray])")
-    ] = ExecutorKind.LOCAL,
-    ray_address: Annotated[str | None, typer.Option(
-        envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
-        "(default: RAY_ADDRESS, else the cluster started on this host)")
-    ] = None,
+    database: Database = None,
+    executor: Executor = ExecutorKind.LOCAL,
+    ray_address: RayAddress = None,
 ) -> None:
     """Run one check cycle now, store the results and print them.
 
@@ -331,9 +332,8 @@ def snapshot(
                                "declares, else <catalogue dir>/locks/<env>.txt)")] = None,
 ) -> None:
     """Record an environment's installed Python packages as a pip-freeze lock file."""
-    import os
-
     from envcheck.core.errors import InfraError, SandboxStartFailed
+    from envcheck.core.files import atomic_write_text
     from envcheck.executors.cycle import new_run_id
     from envcheck.kinds.dependencies.lock import format_lock
     from envcheck.kinds.dependencies.probe import SnapshotFailed, take_snapshot
@@ -369,10 +369,7 @@ def snapshot(
         f"envcheck snapshot of {env.id}: {env.image} ({digest})",
         f"python {snap.python_version}, {len(snap.packages)} packages, as user {env.user}",
     ])
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f".{output.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, output)  # a reader never sees half a lock
+    atomic_write_text(output, text)  # a reader never sees half a lock
     err.print(f"{len(snap.packages)} packages of {env.id} (python {snap.python_version})")
     out.print(str(output), highlight=False, soft_wrap=True)
 
@@ -382,8 +379,7 @@ def accept_schema(
     paths: Annotated[Path, typer.Argument(metavar="CATALOGUE", help="catalogue file or folder")],
     source_id: Annotated[str, typer.Argument(metavar="SOURCE", help="data source id")],
     actor: Annotated[str | None, typer.Option(help="who accepts (default: your user)")] = None,
-    database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
-                                                 help="store URL (default: SQLite)")] = None,
+    database: Database = None,
 ) -> None:
     """Accept the latest observed response shape of a data source (ends its schema_drift)."""
     import getpass
@@ -415,24 +411,17 @@ def accept_schema(
 
 @app.command()
 def daemon(
-    paths: Annotated[list[Path], typer.Argument(help="catalogue files or folders")],
+    paths: CataloguePaths,
     host: Annotated[str, typer.Option(help="listen address of the HTTP port")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API, /metrics, /healthz, /readyz")] = 8787,
     concurrency: Annotated[int, typer.Option(min=1, max=256,
                                              help="sandboxes at once, in all")] = 2,
-    executor: Annotated[ExecutorKind, typer.Option(
-        envvar="ENVCHECK_EXECUTOR", help="where checks run: this host's engine, or Ray tasks "
-        "on nodes declaring the 'docker' resource (pip install envcheck[ray])")
-    ] = ExecutorKind.LOCAL,
-    ray_address: Annotated[str | None, typer.Option(
-        envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
-        "(default: RAY_ADDRESS, else the cluster started on this host)")
-    ] = None,
+    executor: Executor = ExecutorKind.LOCAL,
+    ray_address: RayAddress = None,
     per_image: Annotated[int | None, typer.Option(min=1, help="sandboxes at once per image")
                          ] = None,
     window: Annotated[float, typer.Option(min=1.0, help="seconds per assessed window")] = 60.0,
-    database: Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
-                                                 help="store URL (default: SQLite)")] = None,
+    database: Database = None,
     log_level: Annotated[str, typer.Option(envvar="ENVCHECK_LOG_LEVEL")] = "info",
     webhooks_file: Annotated[Path | None, typer.Option(
         envvar="ENVCHECK_WEBHOOKS_FILE",

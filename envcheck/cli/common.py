@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -18,10 +18,17 @@ from envcheck.core.errors import CatalogueError, ConfigError, StoreError
 if TYPE_CHECKING:
     from envcheck.store import Store
 
-__all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "config_error_exit", "err",
-           "load_or_exit", "open_store_or_exit", "out", "store_url_or_exit"]
+__all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "CataloguePaths", "Database",
+           "config_error_exit", "err", "load_or_exit", "open_store_or_exit", "out",
+           "store_url_or_exit"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+# Options several commands take. The variable is envcheck.store.database.URL_ENV, spelled out
+# so that parsing a command line does not import the store.
+Database = Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
+                                              help="store URL (default: SQLite)")]
+CataloguePaths = Annotated[list[Path], typer.Argument(help="catalogue files or folders")]
 
 err = Console(stderr=True)
 out = Console()

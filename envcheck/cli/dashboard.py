@@ -26,6 +26,7 @@ from rich.markup import escape
 from envcheck.cli.common import (
     EXIT_INFRA,
     EXIT_USAGE,
+    Database,
     err,
     open_store_or_exit,
     out,
@@ -62,8 +63,7 @@ def streamlit_command(app: Path, port: int) -> list[str]:
 def dashboard(
     port: Annotated[int, typer.Option(min=1, max=65535, help="port on 127.0.0.1")
                     ] = DEFAULT_PORT,
-    database: Annotated[str | None, typer.Option("--database", envvar=URL_ENV,
-                                                 help="store URL (default: SQLite)")] = None,
+    database: Database = None,
     api_url: Annotated[str | None, typer.Option(
         "--api-url", envvar=API_URL_ENV, help="envcheck's HTTP API (the daemon's port), for "
         "quarantine changes with ENVCHECK_API_TOKEN[_FILE]; without it the dashboard is "

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envcheck.core.files import atomic_write_text
 from envcheck.feed.allowlist import allowlist
 from envcheck.store import Store
 
@@ -34,19 +34,6 @@ def default_export_dir() -> Path:
     return data_dir() / "exports"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_exports(store: Store, directory: Path | None = None) -> Path:
@@ -65,13 +52,13 @@ def write_exports(store: Store, directory: Path | None = None) -> Path:
            "quarantined": entries}
     for suite in store.suites():
         listing = allowlist(store, suite.id, generation)
-        _atomic_write(directory / f"allowlist-{suite.id}.txt",
+        atomic_write_text(directory / f"allowlist-{suite.id}.txt",
                       "".join(f"{env_id}\n" for env_id in listing.allowed))
-        _atomic_write(directory / f"allowlist-{suite.id}.json", json.dumps({
+        atomic_write_text(directory / f"allowlist-{suite.id}.json", json.dumps({
             "version": EXPORT_VERSION, "generation": generation, "generated_at": now,
             "suite": suite.id, "allowed": listing.allowed, "excluded": listing.excluded,
             "healthy_fraction": round(listing.healthy_fraction, 4)}, indent=2) + "\n")
-    _atomic_write(directory / "quarantine.txt", "".join(f"{e['env_id']}\n" for e in entries))
+    atomic_write_text(directory / "quarantine.txt", "".join(f"{e['env_id']}\n" for e in entries))
     # the versioned document last: a reader keyed on its generation sees the rest done
-    _atomic_write(directory / "quarantine.json", json.dumps(doc, indent=2) + "\n")
+    atomic_write_text(directory / "quarantine.json", json.dumps(doc, indent=2) + "\n")
     return directory

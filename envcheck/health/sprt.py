@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from envcheck.core.results import ProbeKind, Reason, Status
+from envcheck.core.results import DEGRADED_REASONS, ProbeKind, Reason, Status
 from envcheck.core.states import EnvState, Observation
 
 __all__ = [
@@ -29,10 +29,6 @@ __all__ = [
     "assess_kind",
     "wilson_interval",
 ]
-
-
-# Passes that needed help (retries) are evidence of trouble, not of health.
-DEGRADED_REASONS = frozenset({"recovered_after_retry"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +141,7 @@ def assess_kind(kind: ProbeKind, history: Iterable[Observation],
     newest = current[-1]
     if bad:
         state = EnvState.FLAKY if seen_pass and seen_fail else EnvState.BROKEN
+    # A pass that needed help (a retry) is evidence of trouble, not of health.
     elif llr > 0 or newest.status is not Status.PASS or newest.reason in DEGRADED_REASONS:
         state = EnvState.DEGRADED
     else:

@@ -17,11 +17,11 @@ from typing import Any
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
-from envcheck.sandbox.base import ExecResult, Sandbox, iter_lines
+from envcheck.kinds.startup import READY, command_start_failure
+from envcheck.sandbox.base import Sandbox, iter_lines
 
 __all__ = ["TerminalProbe"]
 
-READY = "envcheck:ready"
 DONE = "envcheck:done"
 # Typed into the TTY: the echo shows the expression, only a real shell prints the value.
 SYNC_COMMAND = b"echo envcheck-sync-$((1+1))\n"
@@ -88,18 +88,6 @@ class Findings:
         return Verdict(Status.FAIL, reason, detail + more, self.details, tuple(self.evidence))
 
 
-def _exec_failure(result: ExecResult, env: Environment) -> tuple[Reason, str] | None:
-    """The engine's own messages when it could not even start the command."""
-    text = result.text.lower()
-    if "unable to find user" in text or "no matching entries in passwd" in text:
-        return Reason.USER_MISSING, f"user {env.user!r} does not exist in the image"
-    if result.exit_code in (126, 127) and (
-        "no such file" in text or "not found" in text or "permission denied" in text
-    ) and READY not in result.text:
-        return Reason.SHELL_MISSING, f"shell {env.shell} is not executable in the image"
-    return None
-
-
 class TerminalProbe(Probe):
     kind = ProbeKind.TERMINAL
 
@@ -121,7 +109,7 @@ class TerminalProbe(Probe):
                               timeout_s=env.timeouts.exec_s,
                               output_limit=env.limits.output_kb * 1024)
         found.evidence.append(result.evidence(f"{env.shell} -l -c <terminal checks>"))
-        failure = _exec_failure(result, env)
+        failure = command_start_failure(result, env.user, env.shell)
         if failure is not None:
             found.add(*failure)
             return False

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from alembic.config import Config
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from envcheck.core.errors import ConfigError, StoreError
 
@@ -95,18 +95,18 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+def _locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
 def _enable_wal(cursor: Any) -> None:
     # Switching a fresh file to WAL needs an exclusive lock, and SQLite reports "locked" at
     # once (no busy handler) when processes race to do it; retry within the busy timeout.
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
+    for attempt in Retrying(retry=retry_if_exception(_locked),
+                            stop=stop_after_delay(SQLITE_BUSY_TIMEOUT_MS / 1000),
+                            wait=wait_fixed(0.05), reraise=True):
+        with attempt:
             cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def create_store_engine(url: str) -> Engine:

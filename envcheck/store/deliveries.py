@@ -8,16 +8,14 @@ across restarts too. A webhook is known by a hash and a name, never by its URL.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Engine, exists, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session
+from sqlalchemy import exists, func, select, update
 
+from envcheck.store.access import StoreAccess
 from envcheck.store.tables import (
     CheckRun,
     IncidentRow,
@@ -72,17 +70,7 @@ def _delivery(row: Any) -> Delivery:
     return Delivery(**values)
 
 
-class DeliveryRecords:
-    """Needs ``_session()`` and ``_engine`` from :class:`envcheck.store.Store`."""
-
-    _engine: Engine
-
-    def _session(self) -> contextlib.AbstractContextManager[Session]:
-        raise NotImplementedError
-
-    def _upsert(self) -> Any:
-        return sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
-
+class DeliveryRecords(StoreAccess):
     def register_webhook(self, webhook_id: str, name: str, format: str) -> tuple[int, int]:
         """Note a configured webhook; returns its (transition, incident) cursors. A webhook
         seen for the first time starts at the current generation and newest incident."""

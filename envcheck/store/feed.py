@@ -6,18 +6,18 @@ the notifier, which all read these rows, never see one without the other.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from envcheck.catalogue.models import Suite
 from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import Observation
+from envcheck.store.access import StoreAccess
 from envcheck.store.tables import (
     EnvironmentRow,
     EnvStateRow,
@@ -33,12 +33,7 @@ __all__ = ["FeedRecords", "FeedRow"]
 OBSERVATION_WINDOW = 400
 
 
-class FeedRecords:
-    """Needs ``_session()`` from :class:`envcheck.store.Store`."""
-
-    def _session(self) -> contextlib.AbstractContextManager[Session]:
-        raise NotImplementedError
-
+class FeedRecords(StoreAccess):
     def observations(self, env_id: str, window: int = OBSERVATION_WINDOW
                      ) -> list[tuple[ProbeKind, Observation]]:
         """An environment's newest results (per kind at most ``window``), for the model."""

@@ -10,17 +10,13 @@ shape is read on every probe of every source, and ORM rows cost more than the qu
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, exists, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import bindparam, exists, select, update
 
-from envcheck.core.errors import StoreError
+from envcheck.store.access import StoreAccess
 from envcheck.store.tables import DataSourceShapeRow
 
 __all__ = ["FIRST_SEEN_ACTOR", "DataSourceShape", "ShapeRecords"]
@@ -50,21 +46,7 @@ _BY_RECENCY = select(*_COLUMNS).where(_SOURCE).order_by(_TABLE.c.last_seen.desc(
 _ONE = select(*_COLUMNS).where(_SOURCE, _TABLE.c.fingerprint == bindparam("fingerprint"))
 
 
-class ShapeRecords:
-    """Needs ``_engine`` and ``_lock`` from :class:`envcheck.store.Store`."""
-
-    _engine: Engine
-    _lock: contextlib.AbstractContextManager[Any]
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        with self._lock:
-            try:
-                with self._engine.begin() as conn:
-                    yield conn
-            except SQLAlchemyError as exc:
-                raise StoreError(f"store operation failed: {exc}") from exc
-
+class ShapeRecords(StoreAccess):
     def _read(self, query: Any, **params: str) -> list[DataSourceShape]:
         with self._transaction() as conn:
             return [DataSourceShape(**row._mapping) for row in conn.execute(query, params)]
@@ -73,9 +55,9 @@ class ShapeRecords:
                       count: int = 1, auto_accept: bool = False) -> DataSourceShape:
         """Record ``count`` samples with this shape at ``at``; with ``auto_accept``, accept
         it if the source has no accepted shape yet (the first shape ever seen)."""
-        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
-        stmt = insert(_TABLE).values(source_id=source_id, fingerprint=fingerprint, shape=shape,
-                                     first_seen=at, last_seen=at, seen=count)
+        stmt = self._upsert()(_TABLE).values(source_id=source_id, fingerprint=fingerprint,
+                                             shape=shape, first_seen=at, last_seen=at,
+                                             seen=count)
         stmt = stmt.on_conflict_do_update(
             index_elements=["source_id", "fingerprint"],
             set_={"last_seen": stmt.excluded.last_seen, "seen": _TABLE.c.seen + count},

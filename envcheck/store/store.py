@@ -12,26 +12,25 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 from alembic.util import CommandError
 from sqlalchemy import Engine, func, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.errors import StoreError
-from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.store.database import create_store_engine, default_database_url, migrate, redact
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.shapes import ShapeRecords
-from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState
+from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState, probe_result
 from envcheck.store.views import ViewRecords
 
 __all__ = ["Store", "new_run", "open_store"]
@@ -53,22 +52,6 @@ def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
         started_at=result.started_at,
         evidence=[e.to_json() for e in result.evidence],
         details=result.details,
-    )
-
-
-def _from_row(row: ProbeResultRow) -> ProbeResult:
-    return ProbeResult(
-        env_id=row.env_id,
-        kind=ProbeKind(row.kind),
-        status=Status(row.status),
-        reason=Reason(row.reason),
-        summary=row.summary,
-        duration_s=row.duration_s,
-        image_digest=row.image_digest,
-        spec_hash=row.spec_hash,
-        started_at=row.started_at,
-        evidence=tuple(CommandEvidence(**e) for e in row.evidence),
-        details=row.details,
     )
 
 
@@ -109,15 +92,6 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
     def engine(self) -> Engine:
         return self._engine
 
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[Session]:
-        with self._lock, Session(self._engine, expire_on_commit=False) as session:
-            try:
-                yield session
-            except SQLAlchemyError as exc:
-                session.rollback()
-                raise StoreError(f"store operation failed: {exc}") from exc
-
     # --- environments -------------------------------------------------------------------
 
     def sync_environments(self, envs: Iterable[Environment]) -> None:
@@ -134,7 +108,7 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
             }
             for e in envs
         ]
-        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        insert = self._upsert()
         with self._session() as session:
             # Batches keep each statement under SQLite's limit of bound parameters.
             for start in range(0, len(values), _UPSERT_BATCH):
@@ -263,7 +237,7 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
 
     def _results(self, query: Any) -> list[ProbeResult]:
         with self._session() as session:
-            return [_from_row(row) for row in session.exec(query)]
+            return [probe_result(row) for row in session.exec(query)]
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from sqlalchemy import JSON, DateTime, Dialect, Index, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+
 __all__ = [
     "CheckRun",
     "DataSourceShapeRow",
@@ -27,6 +29,7 @@ __all__ = [
     "TransitionRow",
     "UTCDateTime",
     "WebhookRow",
+    "probe_result",
 ]
 
 
@@ -117,6 +120,16 @@ class ProbeResultRow(SQLModel, table=True):
     started_at: datetime = Field(sa_type=UTCDateTime)
     evidence: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
     details: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+
+
+def probe_result(row: Any) -> ProbeResult:
+    """The result a ``probe_result`` row (an ORM row or a Core row of its columns) holds."""
+    return ProbeResult(
+        env_id=row.env_id, kind=ProbeKind(row.kind), status=Status(row.status),
+        reason=Reason(row.reason), summary=row.summary, duration_s=row.duration_s,
+        image_digest=row.image_digest, spec_hash=row.spec_hash, started_at=row.started_at,
+        evidence=tuple(CommandEvidence(**e) for e in row.evidence or ()),
+        details=row.details or {})
 
 
 class EnvStateRow(SQLModel, table=True):

@@ -11,8 +11,7 @@ can be cached and pickled by callers.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -20,8 +19,6 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    Connection,
-    Engine,
     Integer,
     and_,
     case,
@@ -35,11 +32,10 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.exc import SQLAlchemyError
 
-from envcheck.core.errors import StoreError
-from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.core.states import EnvState
+from envcheck.store.access import StoreAccess
 from envcheck.store.tables import (
     CheckRun,
     DataSourceShapeRow,
@@ -48,6 +44,7 @@ from envcheck.store.tables import (
     ProbeResultRow,
     SuiteRow,
     TransitionRow,
+    probe_result,
 )
 
 __all__ = [
@@ -251,13 +248,7 @@ def _result_line(row: Any) -> ResultLine:
 
 
 def _stored(row: Any) -> StoredResult:
-    result = ProbeResult(
-        env_id=row.env_id, kind=ProbeKind(row.kind), status=Status(row.status),
-        reason=Reason(row.reason), summary=row.summary, duration_s=row.duration_s,
-        image_digest=row.image_digest, spec_hash=row.spec_hash, started_at=row.started_at,
-        evidence=tuple(CommandEvidence(**e) for e in row.evidence or ()),
-        details=row.details or {})
-    return StoredResult(row.id, row.run_id, result)
+    return StoredResult(row.id, row.run_id, probe_result(row))
 
 
 _LINE_COLUMNS = ("id", "run_id", "env_id", "kind", "status", "reason", "summary", "started_at",
@@ -265,21 +256,7 @@ _LINE_COLUMNS = ("id", "run_id", "env_id", "kind", "status", "reason", "summary"
 _FULL_COLUMNS = (*_LINE_COLUMNS, "evidence", "details")
 
 
-class ViewRecords:
-    """Needs ``_engine`` and ``_lock`` from :class:`envcheck.store.Store`."""
-
-    _engine: Engine
-    _lock: contextlib.AbstractContextManager[Any]
-
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[Connection]:
-        with self._lock:
-            try:
-                with self._engine.connect() as conn:
-                    yield conn
-            except SQLAlchemyError as exc:
-                raise StoreError(f"store operation failed: {exc}") from exc
-
+class ViewRecords(StoreAccess):
     # --- what changed ---------------------------------------------------------------------
 
     def data_version(self) -> DataVersion:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envcheck.catalogue.models import DataSource
+from envcheck.core.numbers import percentile
 from envcheck.core.results import DEGRADED_REASONS, CommandEvidence, Reason, Status
 from envcheck.kinds.datasource.sampling import TIMEOUTS, Sample, status_failure
 from envcheck.net.http import Attempt
@@ -45,15 +46,6 @@ class SourceReport:
     @property
     def degraded(self) -> bool:
         return self.status is Status.PASS and self.reason in DEGRADED_REASONS
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def _choose(failures: Counter[Reason]) -> Reason:

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 __all__ = ["LockError", "Pin", "format_lock", "parse_lock", "read_lock"]
 
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*"
-                  r"(?:===?\s*(?P<version>[^\s;#]+)|@\s*(?P<url>\S+))\s*(?:#.*)?$")
+_COMMENT = re.compile(r"\s+#.*$")  # a '#' inside a URL (git+https://...#egg=) is not one
 
 
 class LockError(ValueError):
@@ -35,6 +35,23 @@ class Pin:
         return f"=={self.version}" if self.version is not None else "@ url"
 
 
+def _pin(line: str) -> tuple[str, str | None] | None:
+    """(name, version) of ``name==version`` (or ``===``), (name, None) of ``name @ url``;
+    None for anything else (ranges, extras, markers, options such as ``-e``)."""
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return None
+    if req.extras or req.marker is not None:
+        return None
+    if req.url is not None:
+        return (req.name, None) if not req.specifier else None
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator not in ("==", "==="):
+        return None
+    return req.name, specs[0].version
+
+
 def parse_lock(text: str, source: str = "<lock>") -> dict[str, Pin]:
     """Canonical name -> pin; raises :class:`LockError` naming the first bad line."""
     pins: dict[str, Pin] = {}
@@ -42,15 +59,15 @@ def parse_lock(text: str, source: str = "<lock>") -> dict[str, Pin]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        match = _PIN.match(line)
-        if match is None:
+        pin = _pin(_COMMENT.sub("", line))
+        if pin is None:
             raise LockError(f"{source}:{number}: not a 'name==version' pin: {line[:80]!r}")
-        name = match.group("name")
+        name, version = pin
         key = canonicalize_name(name)
         if key in pins:
             raise LockError(f"{source}:{number}: {name} is pinned twice "
                             f"(first on line {pins[key].line})")
-        pins[key] = Pin(name, match.group("version"), number)
+        pins[key] = Pin(name, version, number)
     return pins
 
 

@@ -21,6 +21,7 @@ from envcheck.kinds.base import Probe, ProbeContext, Verdict
 from envcheck.kinds.dependencies.diff import PRIORITY, Diff, compare
 from envcheck.kinds.dependencies.lock import LockError, Pin, read_lock
 from envcheck.kinds.dependencies.state import InstalledState, read_state, step_timeout
+from envcheck.kinds.startup import command_start_failure
 from envcheck.sandbox.base import ExecResult, Sandbox
 
 __all__ = ["DependenciesProbe", "Snapshot", "SnapshotFailed", "summarize", "take_snapshot"]
@@ -81,12 +82,9 @@ def _exec_failure(result: ExecResult, state: InstalledState,
                   env: Environment) -> tuple[Status, Reason, str] | None:
     """The script did not run (the engine says why), or stopped before its end."""
     if state.workdir_ok is None and not result.timed_out:  # not even its first line
-        text = result.text.lower()
-        if "unable to find user" in text or "no matching entries in passwd" in text:
-            return (Status.FAIL, Reason.USER_MISSING,
-                    f"user {env.user!r} does not exist in the image")
-        if result.exit_code in (126, 127):
-            return Status.FAIL, Reason.SHELL_MISSING, "/bin/sh is not executable in the image"
+        start = command_start_failure(result, env.user, "/bin/sh", ready=None)
+        if start is not None:
+            return Status.FAIL, *start
     if not state.complete and not result.timed_out and not result.output.truncated:
         # killed by something other than our timeout, e.g. the sandbox's memory limit
         return (Status.ERROR, Reason.CHECKER_CRASHED,

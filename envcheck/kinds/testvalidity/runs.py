@@ -20,6 +20,7 @@ from enum import StrEnum
 from envcheck.catalogue.models import Environment, TestSpec
 from envcheck.core.results import CommandEvidence, Reason
 from envcheck.kinds.base import ProbeContext
+from envcheck.kinds.startup import READY, command_start_failure
 from envcheck.kinds.testvalidity.junit import Case, ReportError, match, parse_report
 from envcheck.sandbox.base import ExecResult, Sandbox
 
@@ -29,7 +30,6 @@ __all__ = ["MAX_REPORT_BYTES", "ORACLE_DIR", "Phase", "Problem", "Run", "execute
 # The oracle script goes here: not under /tmp, a tmpfs the engine cannot copy into.
 ORACLE_DIR = "/var/tmp/envcheck"
 MAX_REPORT_BYTES = 8 * 1024 * 1024
-READY = "envcheck:ready"
 
 # What resolvers, sockets and HTTP clients (Python, curl, Node, Go, Java) say offline.
 _NETWORK = re.compile(
@@ -98,17 +98,6 @@ def render(spec: TestSpec, order: Sequence[str]) -> str:
     return spec.command.replace("{tests}", tests).replace("{junit}", shlex.quote(spec.junit_path))
 
 
-def _start_failure(result: ExecResult, env: Environment) -> Problem | None:
-    """The engine's own words when a command could not start at all (as the terminal kind)."""
-    text = result.text.lower()
-    if "unable to find user" in text or "no matching entries in passwd" in text:
-        return Problem(Reason.USER_MISSING, f"user {env.user!r} does not exist in the image")
-    if result.exit_code in (126, 127) and READY not in result.text and (
-            "no such file" in text or "not found" in text or "permission denied" in text):
-        return Problem(Reason.SHELL_MISSING, f"shell {env.shell} is not executable in the image")
-    return None
-
-
 class _Runner:
     def __init__(self, sandbox: Sandbox, env: Environment, spec: TestSpec, run: Run) -> None:
         self.sandbox, self.env, self.spec, self.run = sandbox, env, spec, run
@@ -131,7 +120,8 @@ class _Runner:
                   f"if [ -e {report} ]; then echo envcheck:stale-report; exit 0; fi\n"
                   f"echo {READY}\n")
         result = self.exec(script, "prepare", timeout_s=self.env.timeouts.exec_s, keep=False)
-        failure = _start_failure(result, self.env)
+        start = command_start_failure(result, self.env.user, self.env.shell)
+        failure = Problem(*start) if start is not None else None
         if failure is None and "envcheck:no-workdir" in result.text:
             failure = Problem(Reason.WORKDIR_MISSING, f"workdir {self.env.workdir} does not exist")
         if failure is None and "envcheck:stale-report" in result.text:

@@ -1,0 +1,37 @@
+"""What the benches share: the checkout's root, medians, a process' memory from /proc, and
+the commit measured. Run a bench as a script (``python bench/x.py``): this folder is then on
+``sys.path`` and ``from common import ...`` finds this module."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["ROOT", "git_head", "median", "proc_status_kib"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def median(values: Iterable[float]) -> float:
+    """The median; NaN (not an exception) when there are no values."""
+    data = list(values)
+    return statistics.median(data) if data else float("nan")
+
+
+def proc_status_kib(field_name: str, pid: int | str = "self") -> int:
+    """A memory line of ``/proc/<pid>/status`` (VmRSS, VmHWM, ...) in KiB; 0 if absent."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key == field_name:
+                return int(rest.split()[0])
+    return 0
+
+
+def git_head() -> str | None:
+    """The short commit of the checkout measured, or None outside git."""
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    return proc.stdout.strip() or None

@@ -1,0 +1,65 @@
+"""How every store method reaches the database: under the store's lock, one short session,
+connection or transaction, with SQLAlchemy's errors turned into one
+:class:`~envcheck.core.errors.StoreError`. The record mixins of :class:`~envcheck.store.Store`
+inherit it, so the lock-connect-wrap sequence is written once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from envcheck.core.errors import StoreError
+
+__all__ = ["StoreAccess"]
+
+
+def _failed(exc: SQLAlchemyError) -> StoreError:
+    return StoreError(f"store operation failed: {exc}")
+
+
+class StoreAccess:
+    """Needs ``_engine`` and ``_lock``, set by :class:`envcheck.store.Store`."""
+
+    _engine: Engine
+    _lock: contextlib.AbstractContextManager[Any]
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        """An ORM session; the caller commits."""
+        with self._lock, Session(self._engine, expire_on_commit=False) as session:
+            try:
+                yield session
+            except SQLAlchemyError as exc:
+                session.rollback()
+                raise _failed(exc) from exc
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A Core connection in a transaction, committed when the block ends."""
+        with self._lock:
+            try:
+                with self._engine.begin() as conn:
+                    yield conn
+            except SQLAlchemyError as exc:
+                raise _failed(exc) from exc
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A Core connection for reads."""
+        with self._lock:
+            try:
+                with self._engine.connect() as conn:
+                    yield conn
+            except SQLAlchemyError as exc:
+                raise _failed(exc) from exc
+
+    def _upsert(self) -> Any:
+        """The dialect's ``insert`` that has ``on_conflict_do_update``/``_do_nothing``."""
+        return sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
