@@ -44,7 +44,7 @@ from typing import Any
 import requests
 from sqlalchemy import insert
 
-from envcheck.catalogue.models import load_catalogue
+from envcheck.catalogue.loader import load_catalogue
 from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.kinds import Verdict, load_probe
 from envcheck.store import open_store

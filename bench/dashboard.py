@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 import fleetcache  # noqa: E402
 from fleetcache import stored_counts  # noqa: E402
 
-from envcheck.catalogue.models import DependencySpec, Environment, Suite, TestSpec  # noqa: E402
+from envcheck.catalogue.models import Environment, Suite  # noqa: E402
+from envcheck.catalogue.probe_specs import DependencySpec, TestSpec  # noqa: E402
 from envcheck.feed.assess import evaluate, set_quarantine_by_id  # noqa: E402
 from envcheck.store import Store, open_store  # noqa: E402
 from envcheck.store.tables import CheckRun, ProbeResultRow  # noqa: E402

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Environment
 from envcheck.core.errors import EnvcheckError
 from envcheck.core.results import ProbeKind, ProbeResult, Status
 from envcheck.executors.cycle import new_run_id, run_cycle

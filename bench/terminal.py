@@ -44,7 +44,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.terminal import (
