@@ -301,7 +301,7 @@ PAGES: list[tuple[str, str, dict[str, str]]] = [
 def flaky_tests_env(url: str) -> str:
     """An environment the tests probe named flaky (the Environment page's busiest case)."""
     with contextlib.closing(open_store(url)) as store:
-        from envcheck.store.views import EnvFilter
+        from envcheck.store.views.fleet import EnvFilter
 
         page = store.environment_page(EnvFilter(states=("flaky",), kinds=("tests",)), 0, 1)
         return page.items[0].env_id if page.items else "env-00000"

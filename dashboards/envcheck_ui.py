@@ -20,7 +20,7 @@ import streamlit as st
 from envcheck.core.errors import StoreError
 from envcheck.dashboard import queries as data
 from envcheck.store.database import redact
-from envcheck.store.views import DataVersion
+from envcheck.store.views.common import DataVersion
 
 STATUS_COLOURS = {"fail": "#c62828", "flaky": "#ef8f00", "error": "#7b52ab", "pass": "#2e7d32",
                   "skip": "#b0b0b0"}

@@ -30,7 +30,7 @@ from envcheck.feed.allowlist import allowlist
 from envcheck.feed.assess import evaluate
 from envcheck.health.sprt import wilson_interval
 from envcheck.store import open_store
-from envcheck.store.views import EnvFilter
+from envcheck.store.views.fleet import EnvFilter
 from tests import dashboard_seed as fleet
 from tests.conftest import ROOT, envcheck_cmd
 

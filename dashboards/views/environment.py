@@ -13,7 +13,8 @@ import streamlit as st
 
 from envcheck.core.results import REASON_DOCS, Reason
 from envcheck.dashboard import queries as data
-from envcheck.store.views import EnvFilter, StoredResult
+from envcheck.store.views.common import StoredResult
+from envcheck.store.views.fleet import EnvFilter
 
 ctx = ui.context()
 st.title("Environment")

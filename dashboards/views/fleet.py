@@ -6,7 +6,7 @@ import envcheck_ui as ui
 import streamlit as st
 
 from envcheck.dashboard import queries as data
-from envcheck.store.views import EnvFilter
+from envcheck.store.views.fleet import EnvFilter
 
 ctx = ui.context()
 st.title("Fleet")

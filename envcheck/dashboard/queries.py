@@ -39,19 +39,11 @@ from envcheck.health.sprt import wilson_interval
 from envcheck.net.apitoken import ApiConfigError, load_api_token
 from envcheck.store import Store, default_database_url, open_store
 from envcheck.store.shapes import DataSourceShape
-from envcheck.store.views import (
-    DataVersion,
-    DigestSpan,
-    EnvFilter,
-    EnvListing,
-    Page,
-    QuarantineListing,
-    ResultLine,
-    SourceUse,
-    StoredResult,
-    SuiteOverview,
-    TransitionLine,
-)
+from envcheck.store.views.common import DataVersion, Page, StoredResult
+from envcheck.store.views.data_sources import SourceUse
+from envcheck.store.views.environment import DigestSpan, ResultLine
+from envcheck.store.views.fleet import EnvFilter, EnvListing, SuiteOverview
+from envcheck.store.views.quarantine import QuarantineListing, TransitionLine
 
 __all__ = [
     "API_URL_ENV",
