@@ -45,7 +45,8 @@ from sqlalchemy import insert
 
 from envcheck.api.app import create_app, serve_in_thread
 from envcheck.api.models import AllowlistOut
-from envcheck.catalogue.models import DependencySpec, Environment, Suite
+from envcheck.catalogue.models import Environment, Suite
+from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.feed.allowlist import allowlist
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.store import Store, open_store

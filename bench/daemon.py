@@ -45,7 +45,7 @@ import requests
 from common import proc_status_kib
 from sqlalchemy import insert
 
-from envcheck.catalogue.models import load_catalogue
+from envcheck.catalogue.loader import load_catalogue
 from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.kinds import Verdict, load_probe
 from envcheck.store import open_store

@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 import fleetcache  # noqa: E402
 from fleetcache import stored_counts  # noqa: E402
 
-from envcheck.catalogue.models import DependencySpec, Environment, Suite, TestSpec  # noqa: E402
+from envcheck.catalogue.models import Environment, Suite  # noqa: E402
+from envcheck.catalogue.probe_specs import DependencySpec, TestSpec  # noqa: E402
 from envcheck.feed.assess import evaluate, set_quarantine_by_id  # noqa: E402
 from envcheck.store import Store, open_store  # noqa: E402
 from envcheck.store.tables import CheckRun, ProbeResultRow  # noqa: E402
@@ -300,7 +301,7 @@ PAGES: list[tuple[str, str, dict[str, str]]] = [
 def flaky_tests_env(url: str) -> str:
     """An environment the tests probe named flaky (the Environment page's busiest case)."""
     with contextlib.closing(open_store(url)) as store:
-        from envcheck.store.views import EnvFilter
+        from envcheck.store.views.fleet import EnvFilter
 
         page = store.environment_page(EnvFilter(states=("flaky",), kinds=("tests",)), 0, 1)
         return page.items[0].env_id if page.items else "env-00000"

@@ -43,7 +43,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from envcheck.catalogue.models import DataSource, Environment
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.models import Environment
 from envcheck.core.results import Status
 from envcheck.executors.cycle import new_run_id
 from envcheck.kinds.base import ProbeContext

@@ -29,7 +29,8 @@ from typing import Any
 
 from common import ROOT
 
-from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Environment
 from envcheck.core.errors import EnvcheckError
 from envcheck.core.results import ProbeKind, ProbeResult, Status
 from envcheck.executors.cycle import new_run_id, run_cycle

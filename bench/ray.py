@@ -48,7 +48,8 @@ from typing import Any  # noqa: E402
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from envcheck.catalogue.models import Environment, load_catalogue  # noqa: E402
+from envcheck.catalogue.loader import load_catalogue  # noqa: E402
+from envcheck.catalogue.models import Environment  # noqa: E402
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
 from envcheck.executors.base import Executor, RayOptions  # noqa: E402
 from envcheck.executors.cycle import new_run_id  # noqa: E402

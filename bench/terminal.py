@@ -45,7 +45,8 @@ from typing import Any
 
 from common import ROOT, git_head, median, proc_status_kib
 
-from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.terminal import (

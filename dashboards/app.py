@@ -5,7 +5,7 @@
 or ``streamlit run dashboards/app.py`` with ``ENVCHECK_DATABASE_URL`` (default: the local SQLite
 store) and, to quarantine and release from the Quarantine page, ``ENVCHECK_API_URL`` plus
 ``ENVCHECK_API_TOKEN`` / ``ENVCHECK_API_TOKEN_FILE`` (or a token typed in the session).
-Reads go through :mod:`envcheck.dashboard.queries` (cached, paginated); there is no SQL here.
+Reads go through :mod:`envcheck.dashboard.cached` (cached, paginated); there is no SQL here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if str(HERE) not in sys.path:
 
 import envcheck_ui as ui  # noqa: E402
 
-from envcheck.dashboard import queries as data  # noqa: E402
+from envcheck.dashboard import cached as data  # noqa: E402
 from envcheck.store.database import redact  # noqa: E402
 
 st.set_page_config(page_title="envcheck", page_icon=None,

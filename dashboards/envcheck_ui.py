@@ -1,6 +1,6 @@
 """What the dashboard's pages share: the store context, colours, links, tables, paging.
 
-No data access of its own: numbers come from :mod:`envcheck.dashboard.queries`.
+No data access of its own: numbers come from :mod:`envcheck.dashboard.cached`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import pandas as pd
 import streamlit as st
 
 from envcheck.core.errors import StoreError
-from envcheck.dashboard import queries as data
+from envcheck.dashboard import cached as data
+from envcheck.dashboard.fleet import HeatCell
 from envcheck.store.database import redact
-from envcheck.store.views import DataVersion
+from envcheck.store.views.common import DataVersion
 
 STATUS_COLOURS = {"fail": "#c62828", "flaky": "#ef8f00", "error": "#7b52ab", "pass": "#2e7d32",
                   "skip": "#b0b0b0"}
@@ -123,7 +124,7 @@ def status_scale(domain: Sequence[str] = tuple(STATUS_COLOURS)) -> alt.Scale:
     return alt.Scale(domain=list(domain), range=[STATUS_COLOURS[s] for s in domain])
 
 
-def heatmap_chart(cells: Sequence[data.HeatCell], order: Sequence[str]) -> alt.Chart:
+def heatmap_chart(cells: Sequence[HeatCell], order: Sequence[str]) -> alt.Chart:
     """Environments (rows, in ``order``) by bucket (columns), coloured by worst status."""
     frame = pd.DataFrame([{
         "environment": c.env_id, "bucket": c.label, "start": c.start, "status": c.status,

@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from envcheck.api.app import DEFAULT_PORT
-from envcheck.catalogue.models import load_catalogue
+from envcheck.catalogue.loader import load_catalogue
 from envcheck.core.errors import CatalogueError, InfraError
 from envcheck.executors.base import Executor, ExecutorConfig
 from envcheck.executors.local import LocalExecutor

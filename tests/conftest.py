@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import EngineUnreachable
 from envcheck.sandbox.docker import DockerRuntime
 

@@ -21,7 +21,9 @@ from typing import Any
 
 from sqlalchemy import update
 
-from envcheck.catalogue.models import DataSource, DependencySpec, Environment, Suite, TestSpec
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.models import Environment, Suite
+from envcheck.catalogue.probe_specs import DependencySpec, TestSpec
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.kinds.datasource.probe import DataSourceChecker, combine

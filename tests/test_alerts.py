@@ -34,7 +34,8 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.assess import StoreAssessment, evaluate
 from envcheck.metrics import StoreCollector

@@ -24,7 +24,8 @@ import requests
 
 from envcheck.api.app import create_app, serve_in_thread
 from envcheck.api.cache import Rendered, ResponseCache, render
-from envcheck.catalogue.models import DependencySpec, Environment, Suite
+from envcheck.catalogue.models import Environment, Suite
+from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.core.errors import StoreError
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.assess import evaluate, set_quarantine_by_id

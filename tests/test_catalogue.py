@@ -16,15 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from envcheck.catalogue.models import (
-    Catalogue,
-    Environment,
-    Limits,
-    Schedules,
-    TestSpec,
-    Timeouts,
-    load_catalogue,
-)
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue, Environment, Limits, Schedules, Timeouts
+from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.catalogue.yamlsrc import SourceLimits, format_path, load_yaml
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 from envcheck.core.results import ProbeKind

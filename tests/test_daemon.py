@@ -25,7 +25,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
-from envcheck.catalogue.models import MIN_SCHEDULE_ENV
+from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables import ProbeResultRow

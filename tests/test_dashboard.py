@@ -25,12 +25,13 @@ from streamlit.testing.v1 import AppTest
 
 from envcheck.api.app import create_app, serve_in_thread
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.dashboard import queries as dashboard_data
+from envcheck.dashboard.fleet import suite_stats
+from envcheck.dashboard.quarantine import ApiSettings, api_settings
 from envcheck.feed.allowlist import allowlist
 from envcheck.feed.assess import evaluate
 from envcheck.health.sprt import wilson_interval
 from envcheck.store import open_store
-from envcheck.store.views import EnvFilter
+from envcheck.store.views.fleet import EnvFilter
 from tests import dashboard_seed as fleet
 from tests.conftest import ROOT, envcheck_cmd
 
@@ -576,7 +577,7 @@ def test_store_views_agree_on_both_backends(backend_url: str) -> None:
         assert version.generation == store.generation()
         assert version.newest_result_at == fleet.T0 + timedelta(
             hours=fleet.CYCLES - 1, seconds=10 * (len(fleet.FLEET) - 2))  # term-engine-down
-        overview = {s.suite: s for s in dashboard_data.suite_stats(store)}
+        overview = {s.suite: s for s in suite_stats(store)}
         assert overview["swe-train"].allowed == len(allowlist(store, "swe-train").allowed)
         page1 = store.environment_page(EnvFilter(), 0, 10)
         page3 = store.environment_page(EnvFilter(), 20, 10)
@@ -627,10 +628,10 @@ def test_every_page_renders_on_both_backends(backend_url: str,
 
 
 def test_api_settings_read_the_process_environment(tmp_path: Path) -> None:
-    assert dashboard_data.api_settings({}) == dashboard_data.ApiSettings(None, None)
+    assert api_settings({}) == ApiSettings(None, None)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    got = dashboard_data.api_settings({"ENVCHECK_API_URL": "http://127.0.0.1:8787/",
+    got = api_settings({"ENVCHECK_API_URL": "http://127.0.0.1:8787/",
                                        "ENVCHECK_API_TOKEN_FILE": str(token_file)})
     assert (got.url, got.token, got.writable) == ("http://127.0.0.1:8787", TOKEN, True)
     assert TOKEN not in repr(got)

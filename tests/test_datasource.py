@@ -29,7 +29,9 @@ import urllib3.exceptions as u3
 import yaml
 from typer.testing import CliRunner
 
-from envcheck.catalogue.models import DataSource, Environment, load_catalogue
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Environment
 from envcheck.cli.app import app
 from envcheck.core.errors import CatalogueError, ImageMissing
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status

@@ -13,7 +13,9 @@ from typing import Any
 import docker
 import pytest
 
-from envcheck.catalogue.models import Catalogue, DependencySpec, Environment, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue, Environment
+from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.core.errors import CatalogueError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import check_environment, new_run_id, run_cycle

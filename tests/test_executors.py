@@ -68,7 +68,8 @@ def test_an_unknown_executor_is_bad_input(cli_env: dict[str, str]) -> None:
 def test_a_remote_check_returns_results_and_shapes_and_writes_nothing() -> None:
     """The body of a Ray task, run here without Ray: results and observed data-source shapes
     come back to the caller, which alone writes them."""
-    from envcheck.catalogue.models import DataSource, load_catalogue
+    from envcheck.catalogue.datasources import DataSource
+    from envcheck.catalogue.loader import load_catalogue
     from envcheck.core.results import ProbeKind, Reason, Status
     from envcheck.executors.ray_task import CheckTask, run_on_node
     from tests.http_server import MisbehavingServer, ok

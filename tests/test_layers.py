@@ -50,8 +50,8 @@ def test_an_import_running_back_up_breaks_the_contract(tmp_path: Path) -> None:
 def test_the_dashboard_reaching_the_probes_through_the_api_breaks_the_contract(
         tmp_path: Path) -> None:
     tree = copy_tree(tmp_path)
-    queries = tree / "envcheck" / "dashboard" / "queries.py"
-    queries.write_text(queries.read_text() + "\nimport envcheck.api.app  # noqa\n")
+    cached = tree / "envcheck" / "dashboard" / "cached.py"
+    cached.write_text(cached.read_text() + "\nimport envcheck.api.app  # noqa\n")
     proc = lint(tree)
     assert proc.returncode != 0
     assert "the dashboard reads the store, never the probes or the API server BROKEN" \

@@ -31,7 +31,8 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from envcheck.catalogue.models import Catalogue, load_catalogue  # noqa: E402
+from envcheck.catalogue.loader import load_catalogue  # noqa: E402
+from envcheck.catalogue.models import Catalogue  # noqa: E402
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
 from envcheck.executors.base import RayOptions  # noqa: E402
 from envcheck.executors.cycle import new_run_id, run_cycle  # noqa: E402

@@ -23,7 +23,9 @@ import pytest
 
 import envcheck.executors.local as executors_mod
 import envcheck.schedule.scheduler as scheduler_mod
-from envcheck.catalogue.models import MIN_SCHEDULE_ENV, Catalogue, Environment, load_catalogue
+from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import ResultSink, Services
 from envcheck.executors.local import LocalExecutor

@@ -12,13 +12,9 @@ from typing import Any
 
 import pytest
 
-from envcheck.catalogue.models import (
-    DEFAULT_RERUNS,
-    Catalogue,
-    Environment,
-    TestSpec,
-    load_catalogue,
-)
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue, Environment
+from envcheck.catalogue.probe_specs import DEFAULT_RERUNS, TestSpec
 from envcheck.core.errors import CatalogueError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import new_run_id, run_cycle

@@ -7,7 +7,7 @@ import envcheck_ui as ui
 import pandas as pd
 import streamlit as st
 
-from envcheck.dashboard import queries as data
+from envcheck.dashboard import cached as data
 
 ctx = ui.context()
 st.title("Data sources")

@@ -12,8 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from envcheck.core.results import REASON_DOCS, Reason
-from envcheck.dashboard import queries as data
-from envcheck.store.views import EnvFilter, StoredResult
+from envcheck.dashboard import cached as data
+from envcheck.dashboard.environment import window_rates
+from envcheck.store.views.common import StoredResult
+from envcheck.store.views.fleet import EnvFilter
 
 ctx = ui.context()
 st.title("Environment")
@@ -81,7 +83,7 @@ if view.quarantined:
 
 st.subheader("Failure rate per probe kind")
 lines = data.timeline(ctx.url, ctx.version, env_id, 500)
-window = data.window_rates(lines)
+window = window_rates(lines)
 rows: list[dict[str, Any]] = []
 for k in view.kinds:
     failures, runs, low, high = window.get(k.kind, (0, 0, 0.0, 1.0))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import envcheck_ui as ui
 import streamlit as st
 
-from envcheck.dashboard import queries as data
-from envcheck.store.views import EnvFilter
+from envcheck.dashboard import cached as data
+from envcheck.dashboard.fleet import Bucketing
+from envcheck.store.views.fleet import EnvFilter
 
 ctx = ui.context()
 st.title("Fleet")
@@ -70,7 +71,7 @@ st.subheader("Environments by time")
 left, right = st.columns(2)
 chosen_bucketing = left.segmented_control("Columns", ["hour", "run"], default="hour",
                                           key="bucketing", format_func=lambda b: f"by {b}")
-bucketing: data.Bucketing = "run" if chosen_bucketing == "run" else "hour"
+bucketing: Bucketing = "run" if chosen_bucketing == "run" else "hour"
 unit = "hours" if bucketing == "hour" else "runs"
 span = right.select_slider("Span", [6, 12, 24, 48, 72, 168] if bucketing == "hour" else
                            [6, 12, 24, 48], value=24 if bucketing == "hour" else 12,

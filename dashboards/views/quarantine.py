@@ -6,7 +6,8 @@ from __future__ import annotations
 import envcheck_ui as ui
 import streamlit as st
 
-from envcheck.dashboard import queries as data
+from envcheck.dashboard import cached as data
+from envcheck.dashboard.quarantine import api_settings, change_quarantine
 
 ctx = ui.context()
 st.title("Quarantine")
@@ -14,7 +15,7 @@ ui.flash("quarantine-flash")
 
 # --- who may change it --------------------------------------------------------------------------
 
-api = data.api_settings()
+api = api_settings()
 token = api.token
 if api.url is None:
     st.info("**Read-only.** Quarantine changes go through envcheck's HTTP API, with its token: "
@@ -85,7 +86,7 @@ elif submitted:
         st.error("Give the environment id, a reason and your name.")
     else:
         assert api.url is not None and token is not None
-        outcome = data.change_quarantine(api.url, token, env_id.strip(),
+        outcome = change_quarantine(api.url, token, env_id.strip(),
                                          add=action == "quarantine", reason=reason.strip(),
                                          actor=f"{actor.strip()} (dashboard)")
         st.session_state["quarantine-flash"] = (outcome.ok, outcome.message)

@@ -1,1 +1,8 @@
-"""The catalogue: YAML with source lines, validated once into frozen models."""
+"""The catalogue: YAML with source lines, validated once into frozen models.
+
+Where things live: ``loader.load_catalogue`` reads files into a ``models.Catalogue``;
+``models`` holds suites and environments, ``probe_specs`` and ``datasources`` what the probes
+check, ``fields`` the shared field types and parsers, ``merge`` how suite defaults apply,
+``crossfile`` the checks across files, ``messages`` errors in words, ``yamlsrc`` the YAML
+with its source lines. Nothing is re-exported here, so importing one of them costs only it.
+"""

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import CatalogueError, ConfigError, StoreError
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from envcheck.store.database import URL_ENV, redact
 __all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
 
 APP_ENV = "ENVCHECK_DASHBOARD_APP"
-API_URL_ENV = "ENVCHECK_API_URL"  # read by envcheck.dashboard.queries
+API_URL_ENV = "ENVCHECK_API_URL"  # read by envcheck.dashboard.quarantine
 DEFAULT_PORT = 8501
 HOST = "127.0.0.1"
 

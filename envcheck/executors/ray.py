@@ -34,7 +34,8 @@ from typing import Any, TypeAlias
 import ray
 import ray.exceptions
 
-from envcheck.catalogue.models import DataSource, Environment
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.errors import ExecutorUnavailable, InfraError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason

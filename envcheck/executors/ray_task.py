@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from envcheck.catalogue.models import DataSource, Environment
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.models import Environment
 from envcheck.core.errors import InfraError
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import Services, check_environment, unchecked

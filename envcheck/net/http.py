@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import requests
 import urllib3.exceptions as u3
 
-from envcheck.catalogue.models import DataSource
+from envcheck.catalogue.datasources import DataSource
 from envcheck.core.clock import Clock
 from envcheck.core.results import Reason
 from envcheck.net.secrets import auth_header

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
-from envcheck.catalogue.models import Auth
+from envcheck.catalogue.datasources import Auth
 from envcheck.core.errors import SecretUnavailable
 
 __all__ = ["REDACTED", "Redactor", "auth_header", "read_secret", "redact_url", "secrets_in_use"]

@@ -31,7 +31,10 @@ from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState, probe_result
-from envcheck.store.views import ViewRecords
+from envcheck.store.views.data_sources import SourceViews
+from envcheck.store.views.environment import EnvironmentViews
+from envcheck.store.views.fleet import FleetViews
+from envcheck.store.views.quarantine import QuarantineViews
 
 __all__ = ["Store", "new_run", "open_store"]
 
@@ -76,7 +79,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
+class Store(FeedRecords, ShapeRecords, DeliveryRecords, FleetViews, EnvironmentViews,
+            QuarantineViews, SourceViews):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:

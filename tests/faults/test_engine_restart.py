@@ -21,7 +21,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from envcheck.catalogue.models import Environment, load_catalogue
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.local import LocalExecutor
 from envcheck.sandbox.docker import API_VERSION, LABEL_ENV, LABEL_RUN, LABEL_TAG

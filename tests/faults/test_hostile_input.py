@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envcheck.catalogue.models import MIN_SCHEDULE_ENV, MIN_SCHEDULE_S
+from envcheck.catalogue.fields import MIN_SCHEDULE_ENV, MIN_SCHEDULE_S
 from envcheck.catalogue.yamlsrc import (
     MAX_BYTES,
     MAX_BYTES_ENV,

@@ -21,7 +21,7 @@ import requests
 import yaml
 
 from envcheck.api.app import create_app, serve_in_thread
-from envcheck.catalogue.models import load_catalogue
+from envcheck.catalogue.loader import load_catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import check_environment
 from envcheck.kinds.collaborators import build_services

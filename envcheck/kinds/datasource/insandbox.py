@@ -3,7 +3,7 @@ image, to prove the sandbox itself can reach the source.
 
 The container is a separate, short-lived one, only for this check, attached to the network
 the catalogue names (``container:NAME`` or a user-defined network; never the default, see
-:class:`~envcheck.catalogue.models.InSandbox`). Every other sandbox keeps network ``none``.
+:class:`~envcheck.catalogue.datasources.InSandbox`). Every other sandbox keeps network ``none``.
 
 Each attempt is one exec of a small stdlib-only Python client (the image needs ``python3``).
 The request, secret included, travels in the exec's environment, never in its arguments,

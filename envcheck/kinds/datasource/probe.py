@@ -24,7 +24,8 @@ from contextlib import ExitStack, closing
 from functools import partial
 from typing import Any
 
-from envcheck.catalogue.models import DataSource, Environment
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK, Clock
 from envcheck.core.errors import InfraError, SecretUnavailable
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from envcheck.catalogue.models import DataSource
+from envcheck.catalogue.datasources import DataSource
 from envcheck.core.numbers import percentile
 from envcheck.core.results import DEGRADED_REASONS, CommandEvidence, Reason, Status
 from envcheck.kinds.datasource.sampling import TIMEOUTS, Sample, status_failure

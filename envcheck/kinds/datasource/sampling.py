@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import jsonschema
 from tenacity import RetryCallState, Retrying, retry_if_result
 
-from envcheck.catalogue.models import DataSource
+from envcheck.catalogue.datasources import DataSource
 from envcheck.core.clock import Clock
 from envcheck.core.results import Reason
 from envcheck.kinds.datasource.fingerprint import changes, fingerprint, shape_of

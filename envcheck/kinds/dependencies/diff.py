@@ -15,12 +15,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envcheck.catalogue.models import (
-    DEB_OPERATORS,
-    DependencySpec,
-    debian_relations,
-    python_specifier,
-)
+from envcheck.catalogue.fields import DEB_OPERATORS, debian_relations, python_specifier
+from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.core.results import Reason
 from envcheck.kinds.dependencies.lock import Pin
 from envcheck.kinds.dependencies.state import InstalledState, Step

@@ -14,7 +14,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envcheck.catalogue.models import DependencySpec, Environment
+from envcheck.catalogue.models import Environment
+from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.core.errors import EnvcheckError
 from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.base import Probe, ProbeContext, Verdict

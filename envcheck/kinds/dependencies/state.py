@@ -17,7 +17,9 @@ from importlib.resources import files
 
 from packaging.utils import canonicalize_name
 
-from envcheck.catalogue.models import DEB_OPERATORS, DependencySpec, Environment, debian_relations
+from envcheck.catalogue.fields import DEB_OPERATORS, debian_relations
+from envcheck.catalogue.models import Environment
+from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.sandbox.base import ExecResult, Sandbox
 
 __all__ = ["SCRIPT", "Installed", "InstalledState", "Step", "parse_output", "read_state"]

@@ -44,7 +44,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from envcheck.catalogue.models import TestSpec
+from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
 from envcheck.kinds.testvalidity.runs import Phase, Problem, Run, execute, network_error

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from envcheck.catalogue.models import Environment, TestSpec
+from envcheck.catalogue.models import Environment
+from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.core.results import CommandEvidence, Reason
 from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.startup import READY, command_start_failure

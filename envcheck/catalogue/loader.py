@@ -1,0 +1,158 @@
+"""Loading a catalogue: files and directories in, one frozen :class:`Catalogue` out.
+
+Every problem found while loading, in any file, is collected with its file, line and key
+path, then raised together as one :class:`~envcheck.core.errors.CatalogueError`: the author
+fixes a catalogue in one pass, not one error per run. File sizes and nesting are bounded
+(:class:`~envcheck.catalogue.yamlsrc.SourceLimits`) before anything is parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envcheck.catalogue.crossfile import CrossFileChecks
+from envcheck.catalogue.datasources import DataSource
+from envcheck.catalogue.fields import CATALOGUE_FILE, schedule_floor
+from envcheck.catalogue.merge import resolve_environment
+from envcheck.catalogue.messages import describe_error, show_value
+from envcheck.catalogue.models import Catalogue, CatalogueFile, Environment, Suite
+from envcheck.catalogue.yamlsrc import (
+    KeyPath,
+    SourceDoc,
+    SourceLimits,
+    file_kind,
+    load_yaml,
+    read_source,
+)
+from envcheck.core.errors import CatalogueError, CatalogueIssue
+
+__all__ = ["load_catalogue"]
+
+
+def _catalogue_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[CatalogueIssue]]:
+    """Files named, and the ``*.yaml``/``*.yml`` entries of directories named (sorted, not
+    recursive); a file reached twice is read once. An entry that is not a regular file (a
+    directory, a FIFO, a device, a symlink loop or a broken symlink) is an issue, never
+    skipped in silence nor opened."""
+    files: list[Path] = []
+    issues: list[CatalogueIssue] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            entries = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
+            found = []
+            for entry in entries:
+                kind = file_kind(entry)
+                if kind is None:
+                    found.append(entry)
+                else:
+                    issues.append(CatalogueIssue(str(entry), None, "", f"{kind} (every *.yaml "
+                                                 "and *.yml of a catalogue directory is read: "
+                                                 "rename or remove it)"))
+            if not entries:
+                issues.append(CatalogueIssue(str(path), None, "",
+                                             "no *.yaml or *.yml files in this directory"))
+        else:
+            kind = file_kind(path)
+            if kind is not None:
+                issues.append(CatalogueIssue(str(path), None, "", kind))
+                continue
+            found = [path]
+        for file in found:
+            if file.resolve() not in seen:
+                seen.add(file.resolve())
+                files.append(file)
+    return files, issues
+
+
+def _limits() -> SourceLimits:
+    """The file limits and the schedule floor from the environment, checked once per load."""
+    problems: list[CatalogueIssue] = []
+    limits = SourceLimits()
+    try:
+        limits = SourceLimits.from_env()
+    except ValueError as exc:
+        problems.append(CatalogueIssue("environment", None, "", str(exc)))
+    try:
+        schedule_floor()
+    except ValueError as exc:
+        problems.append(CatalogueIssue("environment", None, "", str(exc)))
+    if problems:
+        raise CatalogueError(problems)
+    return limits
+
+
+def _validate(doc: SourceDoc) -> CatalogueFile | None:
+    """Validate one parsed document, adding every problem pydantic finds to ``doc.issues``."""
+    if not doc.parsed:
+        return None
+    if doc.data is None:
+        doc.issues.append(doc.issue((), "the file is empty (a catalogue starts with "
+                                        "'version: 1')"))
+        return None
+    if not isinstance(doc.data, dict):
+        doc.issues.append(doc.issue((), f"a catalogue file must be a mapping with 'version: 1', "
+                                        f"got {show_value(doc.data)}"))
+        return None
+    try:
+        # by_name=False: the file must use the documented key (``schema``), not the field name.
+        parsed = CatalogueFile.model_validate(doc.data, by_alias=True, by_name=False,
+                                              context={CATALOGUE_FILE: doc.file})
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc: KeyPath = tuple(err["loc"])
+            if loc and loc[-1] == "[key]":  # the key itself is invalid (e.g. a suite id)
+                loc = loc[:-1]
+            doc.issues.append(doc.issue(loc, describe_error(err)))
+        return None
+    return None if doc.issues else parsed
+
+
+def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
+    """Load and validate catalogue files (or directories of them) into one frozen catalogue.
+
+    Raises :class:`CatalogueError` with every problem found in every file, each with its file,
+    line and key path: paths that do not exist first, then file by file, by line.
+    """
+    limits = _limits()
+    files, missing = _catalogue_files(paths)
+    checks = CrossFileChecks()
+    per_file: list[list[CatalogueIssue]] = [missing]
+    suites: list[Suite] = []
+    environments: list[Environment] = []
+    sources: list[DataSource] = []
+    for file in files:
+        text, why = read_source(file, limits)
+        if text is None:
+            per_file.append([CatalogueIssue(str(file), None, "", why or "cannot read")])
+            continue
+        doc = load_yaml(str(file), text, limits)
+        per_file.append(doc.issues)  # check_refs may add to it later
+        parsed = _validate(doc)
+        unique = checks.scan(doc)
+        if parsed is None or not unique:
+            continue
+        sources.extend(parsed.data_sources)
+        for suite_id, entry in parsed.suites.items():
+            for i, env_entry in enumerate(entry.environments):
+                try:
+                    environments.append(resolve_environment(suite_id, entry.defaults, env_entry))
+                except ValidationError as exc:  # defaults + entry conflict (cross-field rules)
+                    where: KeyPath = ("suites", suite_id, "environments", i)
+                    doc.issues.extend(doc.issue((*where, *e["loc"]), "with the suite "
+                                                f"defaults applied: {describe_error(e)}")
+                                      for e in exc.errors())
+            suites.append(Suite(id=suite_id, description=entry.description,
+                                allow_degraded=entry.allow_degraded,
+                                environment_ids=tuple(e.id for e in entry.environments),
+                                file=str(file)))
+    checks.check_refs()
+    issues = [i for found in per_file for i in sorted(found, key=lambda i: i.line or 0)]
+    if issues:
+        raise CatalogueError(issues)
+    return Catalogue(suites=tuple(suites), environments=tuple(environments),
+                     data_sources=tuple(sources), files=tuple(str(f) for f in files))

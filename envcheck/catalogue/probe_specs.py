@@ -1,0 +1,184 @@
+"""What the dependencies and tests probes check, as an environment declares it.
+
+Each spec is validated whole at load (every specifier parsed, every regex compiled, a lock
+file hashed), so a probe never meets a malformed spec at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from envcheck.catalogue.fields import (
+    CATALOGUE_FILE,
+    CatalogueModel,
+    Seconds,
+    debian_relations,
+    python_specifier,
+)
+
+__all__ = ["DEFAULT_RERUNS", "DependencySpec", "Oracle", "TestSpec"]
+
+_PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
+
+
+class DependencySpec(CatalogueModel):
+    """What an image promises about its installed software; every spec is checked at load.
+
+    ``python`` specs are PEP 440 (``">=8,<9"``); ``debian`` specs are dpkg relations
+    (``">= 1:2.39, << 3"``); ``""`` or ``"*"`` asks only that the package is installed.
+    """
+
+    python: dict[str, str] = Field(default_factory=dict, description="package -> PEP 440 spec")
+    debian: dict[str, str] = Field(
+        default_factory=dict,
+        description="package -> dpkg relations, comma-separated: '>= 1:2.39, << 3'",
+    )
+    executables: dict[str, str | None] = Field(
+        default_factory=dict, description="tool -> regex its --version output must match"
+    )
+    imports: list[str] = Field(default_factory=list, description="modules that must import")
+    pip_check: bool = True
+    python_bin: str = Field("python3", pattern=r"^\S+$")
+    lock: str | None = Field(None, description="pip freeze lock file, relative to the catalogue")
+    # Set by the loader, never written: the lock resolved against the file that declares it
+    # (excluded from dumps, so spec hashes do not depend on the checkout's location), and a
+    # digest of its content (a new lock is a new spec; evidence starts fresh).
+    lock_path: SkipJsonSchema[str | None] = Field(None, exclude=True)
+    lock_sha256: SkipJsonSchema[str | None] = None
+
+    @field_validator("python")
+    @classmethod
+    def _python_specs(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            if not _PY_NAME.match(name):
+                raise ValueError(f"python: {name!r} is not a valid package name")
+            python_specifier(spec, name)
+        return value
+
+    @field_validator("debian")
+    @classmethod
+    def _debian_specs(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            if not _DEB_NAME.match(name):
+                raise ValueError(f"debian: {name!r} is not a valid package name")
+            debian_relations(spec, name)
+        return value
+
+    @field_validator("executables")
+    @classmethod
+    def _regexes(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for tool, pattern in value.items():
+            if not tool or any(c.isspace() for c in tool):
+                raise ValueError(f"executables: {tool!r} is not a command name")
+            if pattern is not None:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"executables.{tool}: invalid regex: {exc}") from None
+        return value
+
+    @field_validator("imports")
+    @classmethod
+    def _modules(cls, value: list[str]) -> list[str]:
+        for module in value:
+            if not _MODULE.match(module):
+                raise ValueError(f"imports: {module!r} is not a dotted module name")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_lock(cls, data: Any, info: ValidationInfo) -> Any:
+        file = (info.context or {}).get(CATALOGUE_FILE)
+        if file is None or not isinstance(data, dict):
+            return data  # not loading a file (e.g. a merge of loaded models): keep as is
+        if "lock_path" in data or "lock_sha256" in data:
+            raise ValueError("lock_path and lock_sha256 are set by envcheck; write 'lock'")
+        lock = data.get("lock")
+        if isinstance(lock, str):
+            path = Path(file).resolve().parent / lock
+            try:
+                digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:  # not written yet (envcheck snapshot writes it): the probe says so
+                digest = None
+            return {**data, "lock_path": str(path), "lock_sha256": digest}
+        if "lock" in data:  # an explicit null also drops a lock the suite defaults set
+            return {**data, "lock_path": None, "lock_sha256": None}
+        return data
+
+
+
+class Oracle(CatalogueModel):
+    """The reference solution: exactly one of ``script`` or ``path``."""
+
+    merge_whole: ClassVar[bool] = True  # an environment's oracle replaces the default's
+
+    script: str | None = Field(None, description="script copied into the sandbox and run in the "
+                               "workdir as the sandbox user (by the declared shell, or by its "
+                               "own #! line)")
+    path: str | None = Field(None, pattern=r"^/", description="script already in the image, "
+                             "run in the workdir as the sandbox user")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Oracle:
+        if (self.script is None) == (self.path is None):
+            raise ValueError("set exactly one of oracle.script or oracle.path")
+        return self
+
+
+# 8 positive runs: a test failing 1 run in 3 is seen both ways with probability
+# 1 - (2/3)^8 - (1/3)^8 = 96.1% (97.4% for a pass-to-pass test, whose negative-control outcome
+# is a 9th observation); 3 runs, the public practice, catch it only 67% of the time.
+DEFAULT_RERUNS = 8
+
+
+class TestSpec(CatalogueModel):
+    """How to run an environment's tests, and what they must show (the ``tests`` probe)."""
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, though its name says so
+
+    command: str = Field(description=(
+        "shell command run by the declared shell, in the workdir, as the sandbox user; it must "
+        "write a JUnit XML report to junit_path. '{tests}' in it is replaced by the test ids of "
+        "the run (fail_to_pass + pass_to_pass), shell-quoted, in the run's order, and "
+        "'{junit}' by junit_path; the same come in $ENVCHECK_TEST_IDS (one id per line, in "
+        "order) and $ENVCHECK_JUNIT. A command that takes neither runs its own selection in "
+        "its own order, so shuffling cannot reveal order dependence."))
+    junit_path: str = Field("/tmp/envcheck-junit.xml", pattern=r"^/", description=(
+        "the JUnit XML report the command writes; removed before each run, read back with a "
+        "size cap"))
+    fail_to_pass: list[str] = Field(default_factory=list, description=(
+        "tests that must fail without the oracle and pass after it: pytest node ids "
+        "(tests/test_x.py::TestClass::test_y[param]) or, for any JUnit runner, "
+        "'classname::name'"))
+    pass_to_pass: list[str] = Field(default_factory=list, description=(
+        "tests that must pass both without and after the oracle"))
+    oracle: Oracle | None = Field(None, description="the reference solution (positive control)")
+    reruns: int = Field(DEFAULT_RERUNS, ge=1, le=50, description=(
+        "runs of the positive control, each in a fresh container: the first in the declared "
+        "order, the rest shuffled (if shuffle); any disagreement between runs is flaky. "
+        f"{DEFAULT_RERUNS} catch a test failing 1 run in 3 with >= 95% probability"))
+    shuffle: bool = Field(True, description="shuffle the test order of every rerun after the "
+                          "first, to reveal order dependence")
+    timeout_s: Seconds = Field(300.0, description=(
+        "one run of the command (or of the oracle); a run past it is killed, the probe "
+        "reports timeout and skips the remaining runs"))
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> TestSpec:
+        for name, ids in (("fail_to_pass", self.fail_to_pass),
+                          ("pass_to_pass", self.pass_to_pass)):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            if twice:
+                raise ValueError(f"{name} lists {', '.join(twice)} more than once")
+        both = sorted(set(self.fail_to_pass) & set(self.pass_to_pass))
+        if both:
+            raise ValueError(f"in both fail_to_pass and pass_to_pass: {', '.join(both)}")
+        return self

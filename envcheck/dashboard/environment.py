@@ -1,0 +1,179 @@
+"""The environment page's analytics: the environment with its per-kind evidence, failure
+rates over a window of results, and the tests probe's flaky tests. Plain functions of a
+:class:`~envcheck.store.Store`, importable without Streamlit (the cached wrappers are in
+:mod:`envcheck.dashboard.cached`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from envcheck.core.states import EnvState
+from envcheck.health.quarantine import allowed
+from envcheck.health.sprt import wilson_interval
+from envcheck.store import Store
+from envcheck.store.views.environment import ResultLine
+
+__all__ = [
+    "EnvironmentView",
+    "FlakyReport",
+    "KindStats",
+    "environment_view",
+    "flaky_report",
+    "window_rates",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KindStats:
+    """The health model's view of one probe kind: the current identity's evidence."""
+
+    kind: str
+    state: str
+    reason: str
+    passes: int
+    failures: int
+    wilson: tuple[float, float]
+    llr: float
+    image_digest: str | None
+    spec_hash: str | None
+
+    @property
+    def runs(self) -> int:
+        return self.passes + self.failures
+
+    @property
+    def failure_rate(self) -> float | None:
+        return self.failures / self.runs if self.runs else None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentView:
+    env_id: str
+    suite: str
+    image: str
+    state: str
+    reason: str
+    allowed: bool
+    image_digest: str | None
+    updated_at: datetime | None
+    quarantined: bool
+    q_source: str | None
+    q_actor: str | None
+    q_reason: str | None
+    q_since: datetime | None
+    q_evidence: tuple[int, ...]
+    kinds: tuple[KindStats, ...]
+    fail_to_pass: tuple[str, ...] = ()
+    pass_to_pass: tuple[str, ...] = ()
+    data_sources: tuple[str, ...] = ()
+
+
+def _kind_stats(kind: str, doc: Mapping[str, Any]) -> KindStats:
+    wilson = doc.get("wilson") or (0.0, 1.0)
+    return KindStats(kind, str(doc.get("state", "unknown")), str(doc.get("reason", "")),
+                     int(doc.get("passes", 0)), int(doc.get("failures", 0)),
+                     (float(wilson[0]), float(wilson[1])), float(doc.get("llr", 0.0)),
+                     doc.get("image_digest"), doc.get("spec_hash"))
+
+def environment_view(store: Store, env_id: str) -> EnvironmentView | None:
+    """An environment's state, why, quarantine and per-kind evidence; None if unknown."""
+    record = store.environment_record(env_id)
+    if record is None:
+        return None
+    row = store.env_state(env_id)
+    suite = next((s for s in store.suites() if s.id == record.suite), None)
+    tests = record.spec.get("tests") or {}
+    state = EnvState(row.state) if row is not None else EnvState.UNKNOWN
+    quarantined = row is not None and row.quarantined
+    return EnvironmentView(
+        env_id=env_id, suite=record.suite, image=record.image, state=str(state),
+        reason=row.reason if row is not None else "never checked",
+        allowed=allowed(state, quarantined, suite is not None and suite.allow_degraded),
+        image_digest=row.image_digest if row is not None else None,
+        updated_at=row.updated_at if row is not None else None, quarantined=quarantined,
+        q_source=row.q_source if row is not None else None,
+        q_actor=row.q_actor if row is not None else None,
+        q_reason=row.q_reason if row is not None else None,
+        q_since=row.q_since if row is not None else None,
+        q_evidence=tuple(row.q_evidence) if row is not None else (),
+        kinds=tuple(_kind_stats(k, v) for k, v in sorted((row.kinds if row else {}).items())),
+        fail_to_pass=tuple(tests.get("fail_to_pass") or ()),
+        pass_to_pass=tuple(tests.get("pass_to_pass") or ()),
+        data_sources=tuple(record.spec.get("data_sources") or ()))
+
+
+def window_rates(lines: Sequence[ResultLine]) -> dict[str, tuple[int, int, float, float]]:
+    """Per kind over ``lines``: (failures, counted runs, Wilson low, Wilson high). Counted as
+    the health model counts: pass, fail and flaky; error and skip never count."""
+    tally: dict[str, list[int]] = {}
+    for line in lines:
+        if line.status in ("pass", "fail", "flaky"):
+            entry = tally.setdefault(line.kind, [0, 0])
+            entry[0] += line.status != "pass"
+            entry[1] += 1
+    return {k: (f, n, *wilson_interval(f, n)) for k, (f, n) in sorted(tally.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class FlakyReport:
+    """The tests probe's flaky tests over an environment's recent results.
+
+    ``tests``: test id -> (times named flaky, probes read, kind of the newest verdict,
+    passed/runs of the newest verdict). ``pattern``: the newest probe that named flaky tests,
+    one (test, run label, phase, outcome) per cell, outcome one of ``pass``, ``fail``,
+    ``fail (expected)`` (a fail-to-pass test before the oracle) or ``invalid run``.
+    """
+
+    probes: int
+    tests: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    pattern: tuple[tuple[str, str, str, str], ...] = ()
+    pattern_result_id: int | None = None
+    pattern_at: datetime | None = None
+
+def flaky_report(store: Store, env_id: str, limit: int = 50) -> FlakyReport:
+    """The flaky tests named by the environment's newest ``limit`` tests probes."""
+    history = store.stored_history(env_id, "tests", limit)
+    record = store.environment_record(env_id)
+    spec_f2p = set(((record.spec if record else {}).get("tests") or {}).get("fail_to_pass") or ())
+    named: Counter[str] = Counter()
+    newest: dict[str, tuple[str, str]] = {}
+    pattern: list[tuple[str, str, str, str]] = []
+    pattern_id: int | None = None
+    pattern_at: datetime | None = None
+    for stored in history:  # newest first
+        details = stored.result.details
+        flaky = details.get("flaky") or {}
+        for test_id in details.get("flaky_tests") or ():
+            named[test_id] += 1
+            if test_id not in newest:
+                info = flaky.get(test_id) or {}
+                newest[test_id] = (str(info.get("kind", "?")),
+                                   f"{info.get('passed', '?')}/{info.get('runs', '?')}")
+        if not pattern and details.get("flaky_tests"):
+            pattern_id, pattern_at = stored.id, stored.result.started_at
+            pattern = _pattern(details, list(details["flaky_tests"]), spec_f2p)
+    tests = {t: (n, *newest[t]) for t, n in sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))}
+    return FlakyReport(len(history), tests, tuple(pattern), pattern_id, pattern_at)
+
+
+def _pattern(details: Mapping[str, Any], tests: list[str], f2p: set[str]
+             ) -> list[tuple[str, str, str, str]]:
+    cells = []
+    for run in details.get("runs") or ():
+        label, phase = str(run.get("label", "?")), str(run.get("phase", "?"))
+        failed = set(run.get("not_passed") or ())
+        for test_id in tests:
+            if run.get("problem"):
+                outcome = "invalid run"
+            elif test_id not in failed:
+                outcome = "pass"
+            elif phase == "negative" and test_id in f2p:
+                outcome = "fail (expected)"
+            else:
+                outcome = "fail"
+            cells.append((test_id, label, phase, outcome))
+    return cells
