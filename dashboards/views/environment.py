@@ -7,12 +7,12 @@ import re
 from typing import Any
 
 import altair as alt
-import envcheck_ui as ui
 import pandas as pd
 import streamlit as st
 
 from envcheck.core.results import REASON_DOCS, Reason
 from envcheck.dashboard import queries as data
+from envcheck.dashboards import envcheck_ui as ui
 from envcheck.store.views import EnvFilter, StoredResult
 
 ctx = ui.context()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import envcheck_ui as ui
 import streamlit as st
 
 from envcheck.dashboard import queries as data
+from envcheck.dashboards import envcheck_ui as ui
 from envcheck.store.views import EnvFilter
 
 ctx = ui.context()

@@ -3,10 +3,10 @@ and, through the API with its token, quarantine and release by hand."""
 
 from __future__ import annotations
 
-import envcheck_ui as ui
 import streamlit as st
 
 from envcheck.dashboard import queries as data
+from envcheck.dashboards import envcheck_ui as ui
 
 ctx = ui.context()
 st.title("Quarantine")
