@@ -27,21 +27,25 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
+try:
+    import ray
+except ImportError:  # the test set-up installs the ray extra: without it the suite fails
+    pytest.fail("the Ray tests need the ray extra: pip install -e '.[ray]' (scripts/test.sh "
+                "installs it)", pytrace=False)
 
-from ray.cluster_utils import Cluster  # noqa: E402
+from ray.cluster_utils import Cluster
 
-from envcheck.catalogue.models import Catalogue, load_catalogue  # noqa: E402
-from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status  # noqa: E402
-from envcheck.executors.base import RayOptions  # noqa: E402
-from envcheck.executors.cycle import new_run_id, run_cycle  # noqa: E402
-from envcheck.executors.ray import RayExecutor  # noqa: E402
-from envcheck.feed.assess import assess_cycle, previous_statuses  # noqa: E402
-from envcheck.kinds.collaborators import build_services  # noqa: E402
-from envcheck.sandbox.docker import LABEL_ENV, LABEL_OWNER, DockerRuntime  # noqa: E402
-from envcheck.store import Store, open_store  # noqa: E402
-from tests.conftest import SESSION_TAG, envcheck_cmd  # noqa: E402
-from tests.http_server import MisbehavingServer, ok  # noqa: E402
+from envcheck.catalogue.models import Catalogue, load_catalogue
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.base import RayOptions
+from envcheck.executors.cycle import new_run_id, run_cycle
+from envcheck.executors.ray import RayExecutor
+from envcheck.feed.assess import assess_cycle, previous_statuses
+from envcheck.kinds.collaborators import build_services
+from envcheck.sandbox.docker import LABEL_ENV, LABEL_OWNER, DockerRuntime
+from envcheck.store import Store, open_store
+from tests.conftest import SESSION_TAG, envcheck_cmd
+from tests.http_server import MisbehavingServer, ok
 
 # Ray 2.60 as used here emits no Python warning (filterwarnings=error would fail the run);
 # a future one that does is to be filtered here, precisely, not in pyproject.
