@@ -2,7 +2,8 @@
 
     envcheck dashboard [--port 8501] [--database URL] [--api-url URL]
 
-or ``streamlit run dashboards/app.py`` with ``ENVCHECK_DATABASE_URL`` (default: the local SQLite
+or ``streamlit run dashboards/app.py`` (installed: ``envcheck/dashboards/app.py`` in
+site-packages) with ``ENVCHECK_DATABASE_URL`` (default: the local SQLite
 store) and, to quarantine and release from the Quarantine page, ``ENVCHECK_API_URL`` plus
 ``ENVCHECK_API_TOKEN`` / ``ENVCHECK_API_TOKEN_FILE`` (or a token typed in the session).
 Reads go through :mod:`envcheck.dashboard.cached` (cached, paginated); there is no SQL here.
@@ -10,21 +11,15 @@ Reads go through :mod:`envcheck.dashboard.cached` (cached, paginated); there is 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import streamlit as st
 
+from envcheck.dashboard import cached as data
+from envcheck.dashboards import envcheck_ui as ui
+from envcheck.store.database import redact
+
 HERE = Path(__file__).resolve().parent
-# `streamlit run` puts this folder on sys.path, AppTest does not: the pages import
-# envcheck_ui from here either way.
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import envcheck_ui as ui  # noqa: E402
-
-from envcheck.dashboard import cached as data  # noqa: E402
-from envcheck.store.database import redact  # noqa: E402
 
 st.set_page_config(page_title="envcheck", page_icon=None,
                    layout="wide")

@@ -19,13 +19,15 @@ T = TypeVar("T")
 
 
 def wait_for(check: Callable[[], T], *, timeout_s: float, what: str, interval_s: float = 0.2,
-             proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None) -> T:
+             proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
+             details: Callable[[], str] = lambda: "") -> T:
     """The first truthy value of ``check()``. A request that fails counts as "not yet"; a
-    ``proc`` that exits first fails the test at once."""
+    ``proc`` that exits first fails the test at once. ``details()`` (logs, say) is added to the
+    failure message."""
     deadline = time.monotonic() + timeout_s
     while True:
         if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the process exited ({proc.returncode}) before {what}")
+            pytest.fail(f"the process exited ({proc.returncode}) before {what}\n{details()}")
         try:
             value = check()
         except requests.RequestException:
@@ -33,5 +35,5 @@ def wait_for(check: Callable[[], T], *, timeout_s: float, what: str, interval_s:
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{details()}")
         time.sleep(interval_s)

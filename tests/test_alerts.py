@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,6 +43,7 @@ from envcheck.sandbox.docker import DockerRuntime
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
+from tests.polling import wait_for
 
 ALERTS = ROOT / "alerts.yaml"
 UNIT_TESTS = ROOT / "tests" / "alerts"
@@ -290,17 +291,6 @@ class Receiver:
         self._thread.join(timeout=5)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float,
-              logs: Callable[[], str] = lambda: "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{logs()}")
-
-
 def answers(url: str) -> bool:
     try:
         return requests.get(url, timeout=HTTP_TIMEOUT).status_code == 200
@@ -435,21 +425,25 @@ def test_quarantine_alert_fires_and_resolves_end_to_end(tmp_path: Path,
             f"--web.listen-address=127.0.0.1:{ports['prometheus']}", "--log.level=warn"])
         prom_url = f"http://127.0.0.1:{ports['prometheus']}"
 
-        wait_for("the daemon's /healthz", lambda: answers(f"{daemon_url}/healthz"), 60,
-                 procs.logs)
-        wait_for("Alertmanager", lambda: answers(
-            f"http://127.0.0.1:{ports['alertmanager']}/-/ready"), 30, procs.logs)
-        wait_for("Prometheus", lambda: answers(f"{prom_url}/-/ready"), 30, procs.logs)
+        wait_for(lambda: answers(f"{daemon_url}/healthz"),
+                 timeout_s=60, what="the daemon's /healthz", interval_s=0.5, details=procs.logs)
+        wait_for(lambda: answers(f"http://127.0.0.1:{ports['alertmanager']}/-/ready"),
+                 timeout_s=30, what="Alertmanager", interval_s=0.5, details=procs.logs)
+        wait_for(lambda: answers(f"{prom_url}/-/ready"),
+                 timeout_s=30, what="Prometheus", interval_s=0.5, details=procs.logs)
 
         # 1. the broken image is quarantined, and the alert reaches the webhook
-        fired = wait_for("a firing EnvironmentQuarantined for at-flip", lambda: receiver.alerts(
-            "EnvironmentQuarantined", "at-flip", "firing"), 90, procs.logs)
+        fired = wait_for(
+            lambda: receiver.alerts("EnvironmentQuarantined", "at-flip", "firing"), timeout_s=90,
+            what="a firing EnvironmentQuarantined for at-flip", interval_s=0.5, details=procs.logs)
         fired_after = time.monotonic() - started
         assert fired[0]["labels"]["severity"] == "warning"
         assert fired[0]["labels"]["suite"] == "alerting"
         assert "envcheck quarantine history at-flip" in fired[0]["annotations"]["description"]
-        wait_for("a firing EnvironmentQuarantined for at-broken", lambda: receiver.alerts(
-            "EnvironmentQuarantined", "at-broken", "firing"), 30, procs.logs)
+        wait_for(
+            lambda: receiver.alerts("EnvironmentQuarantined", "at-broken", "firing"), timeout_s=30,
+            what="a firing EnvironmentQuarantined for at-broken", interval_s=0.5,
+            details=procs.logs)
 
         # a real scrape of the running daemon is lint-clean
         scrape = requests.get(f"{daemon_url}/metrics", timeout=HTTP_TIMEOUT).text
@@ -463,8 +457,10 @@ def test_quarantine_alert_fires_and_resolves_end_to_end(tmp_path: Path,
         fixed_at = time.monotonic()
         assert receiver.alerts("EnvironmentQuarantined", "at-flip", "resolved") == [], \
             "resolved before the image was replaced"
-        wait_for("a resolved EnvironmentQuarantined for at-flip", lambda: receiver.alerts(
-            "EnvironmentQuarantined", "at-flip", "resolved", since=fixed_at), 90, procs.logs)
+        wait_for(lambda: receiver.alerts(
+            "EnvironmentQuarantined", "at-flip", "resolved", since=fixed_at), timeout_s=90,
+            what="a resolved EnvironmentQuarantined for at-flip", interval_s=0.5,
+            details=procs.logs)
         resolved_after = time.monotonic() - fixed_at
 
         # every rule evaluated without error against the real metrics

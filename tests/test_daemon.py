@@ -30,6 +30,7 @@ from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables import ProbeResultRow
 from tests.conftest import SESSION_TAG, envcheck_cmd
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -57,22 +58,6 @@ suites:
     environments:
 {body}
 {extra}""", encoding="utf-8")
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 60.0,
-               proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the daemon exited ({proc.returncode}) before {what}")
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def free_port() -> int:
@@ -115,7 +100,7 @@ class Daemon:
         return requests.get(self.url + path, timeout=HTTP_TIMEOUT_S)
 
     def wait(self, what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-        wait_until(what, check, timeout, self.proc)
+        wait_for(check, timeout_s=timeout, what=what, proc=self.proc, interval_s=0.1)
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         text = self.get("/metrics").text

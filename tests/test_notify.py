@@ -26,6 +26,7 @@ from envcheck.store import Store, open_store
 from envcheck.store.deliveries import Delivery, DeliveryStatus, Subject
 from envcheck.store.tables import TransitionRow, WebhookRow
 from tests.http_server import MisbehavingServer, fail, hang, ok
+from tests.polling import wait_for
 
 FAST = RetryPolicy(initial_backoff_s=0.02, max_backoff_s=0.2, jitter_s=0.02)
 EXTERNAL = "http://envcheck.example:8787"
@@ -75,16 +76,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout}s: {check()!r}")
-
-
 def bodies(server: MisbehavingServer, path: str = "/hook") -> list[dict[str, Any]]:
     return [json.loads(r["body"]) for r in server.seen if r["path"].split("?")[0] == path]
 
@@ -104,11 +95,11 @@ def test_fires_then_resolves_in_alertmanager_and_slack_formats(
         t0 = datetime.now(UTC).replace(microsecond=0)
         fired = transit(store, "env-a", "healthy", "broken", q=True, at=t0)
         n.on_cycle(CycleOutcome(None, [fired]))
-        wait_for(delivered(store, 2))
+        wait_for(delivered(store, 2), timeout_s=10.0, what="2 deliveries", interval_s=0.02)
         released = transit(store, "env-a", "broken", "healthy", was_q=True,
                            reason="released: healthy", at=t0 + timedelta(minutes=5))
         n.on_cycle(CycleOutcome(None, [released]))
-        wait_for(delivered(store, 4))
+        wait_for(delivered(store, 4), timeout_s=10.0, what="4 deliveries", interval_s=0.02)
 
     firing, resolved = bodies(receiver)
     assert firing["version"] == "4" and firing["receiver"] == "oncall"
@@ -151,7 +142,7 @@ def test_a_change_between_bad_states_resolves_one_alert_and_fires_the_other(
         transit(store, "env-a", "healthy", "flaky", q=True)
         transit(store, "env-a", "flaky", "broken", was_q=True, q=True)
         n.wake()
-        wait_for(delivered(store, 2))
+        wait_for(delivered(store, 2), timeout_s=10.0, what="2 deliveries", interval_s=0.02)
     first, second = bodies(receiver)
     assert [(a["status"], a["labels"]["alertname"], a["labels"]["state"])
             for a in first["alerts"]] == [
@@ -171,15 +162,18 @@ def test_retries_through_an_outage_and_delivers_exactly_once(store: Store) -> No
     try:
         row = transit(store, "env-a", "healthy", "broken", q=True)
         n.on_cycle(CycleOutcome(None, [row]))
-        wait_for(lambda: first.hits("/hook") >= 2)
+        wait_for(lambda: first.hits("/hook") >= 2,
+                 timeout_s=10.0, what="two posts to the first receiver", interval_s=0.02)
         first.close()  # the receiver is gone: connection refused for a while
         refused = wait_for(lambda: [d for d in store.deliveries()
                                     if "connection_refused" in (d.last_error or "")
-                                    and d.attempts >= 5])
+                                    and d.attempts >= 5],
+                           timeout_s=10.0, what="five refused attempts", interval_s=0.02)
         assert refused[0].status is DeliveryStatus.PENDING
         with MisbehavingServer(port=port) as second:
             second.route("/hook", default=ok({}))
-            [done] = wait_for(delivered(store, 1))
+            [done] = wait_for(delivered(store, 1),
+                              timeout_s=10.0, what="1 deliveries", interval_s=0.02)
             time.sleep(0.3)  # nothing more may arrive
             assert second.hits("/hook") == 1
             assert json.loads(second.seen[0]["body"])["status"] == "firing"
@@ -197,7 +191,7 @@ def test_a_4xx_is_not_retried_and_is_recorded_as_failed(
         transit(store, "env-a", "healthy", "broken", q=True)
         transit(store, "env-b", "healthy", "flaky")
         n.wake()
-        wait_for(delivered(store, 1))
+        wait_for(delivered(store, 1), timeout_s=10.0, what="1 deliveries", interval_s=0.02)
         time.sleep(0.3)  # backoff is 20 ms: a retry would have come by now
     refused, sent = sorted(store.deliveries(), key=lambda d: d.subject_id)
     assert refused.status is DeliveryStatus.FAILED and refused.attempts == 1
@@ -222,7 +216,8 @@ def test_never_blocks_the_scheduler_while_the_receiver_hangs(store: Store) -> No
             n.on_cycle(CycleOutcome(None, [row]))
         n.on_cycle(CycleOutcome(None, rows))
         enqueue_s = time.perf_counter() - started
-        wait_for(lambda: receiver.hits("/hook") >= 1)
+        wait_for(lambda: receiver.hits("/hook") >= 1,
+                 timeout_s=10.0, what="a post to the receiver", interval_s=0.02)
         started = time.perf_counter()
         n.stop(flush_s=0.5)
         stop_s = time.perf_counter() - started
@@ -239,11 +234,11 @@ def test_dedupes_across_restarts_and_resumes_pending(
         transit(store, "env-a", "healthy", "broken", q=True)
         transit(store, "env-a", "broken", "healthy", was_q=True)
         n.wake()
-        wait_for(delivered(store, 2))
+        wait_for(delivered(store, 2), timeout_s=10.0, what="2 deliveries", interval_s=0.02)
     # While no daemon runs, someone quarantines by hand (the CLI).
     set_quarantine_by_id(store, "env-b", add=True, actor="alice", reason="bad image")
     with notifier(store, config, poll_s=0.05):  # a restart: only the new one goes out
-        wait_for(delivered(store, 3))
+        wait_for(delivered(store, 3), timeout_s=10.0, what="3 deliveries", interval_s=0.02)
         time.sleep(0.3)
     assert receiver.hits("/hook") == 3
     assert bodies(receiver)[2]["alerts"][0]["labels"]["source"] == "manual"
@@ -257,13 +252,14 @@ def test_dedupes_across_restarts_and_resumes_pending(
     n.start()
     try:
         transit(store, "env-b", "unknown", "broken", was_q=True, q=True)
-        wait_for(lambda: receiver.hits("/hook") >= 5)
+        wait_for(lambda: receiver.hits("/hook") >= 5,
+                 timeout_s=10.0, what="five posts to the receiver", interval_s=0.02)
     finally:
         n.stop(flush_s=0.2)  # the receiver is down: left pending
     [pending] = store.deliveries(status=DeliveryStatus.PENDING)
     receiver.route("/hook", default=ok({}))
     with notifier(store, config, poll_s=0.05):
-        wait_for(delivered(store, 4))
+        wait_for(delivered(store, 4), timeout_s=10.0, what="4 deliveries", interval_s=0.02)
         time.sleep(0.3)
     keys = [r["headers"]["Idempotency-Key"] for r in receiver.seen if r["path"] == "/hook"]
     ok_keys = keys[:3] + keys[-1:]
@@ -281,7 +277,7 @@ def test_incidents_fire_once_and_resolve_after_a_clean_run(
             store.finish_run(run)
             store.record_incident(run, "engine_unreachable", 4, 4, "the engine failed")
             n.on_cycle(CycleOutcome(("engine_unreachable", 4, 4, "x"), []))
-        wait_for(delivered(store, 1))
+        wait_for(delivered(store, 1), timeout_s=10.0, what="1 deliveries", interval_s=0.02)
         run = store.start_run("daemon", [])
         store.record(run, ProbeResult(env_id="env-a", kind=ProbeKind.TERMINAL,
                                       status=Status.PASS, reason=Reason.OK, summary="ok",
@@ -289,7 +285,7 @@ def test_incidents_fire_once_and_resolve_after_a_clean_run(
                                       started_at=datetime.now(UTC)))
         store.finish_run(run)
         n.on_cycle(CycleOutcome(None, []))
-        wait_for(delivered(store, 2))
+        wait_for(delivered(store, 2), timeout_s=10.0, what="2 deliveries", interval_s=0.02)
         time.sleep(0.2)
     fired, resolved = bodies(receiver)
     assert fired["status"] == "firing" and resolved["status"] == "resolved"
@@ -316,7 +312,9 @@ def test_the_webhook_token_never_reaches_logs_or_the_store(
             n.wake()
             # live: 503, then 400 (failed), then the second delivered; dead: refused, pending
             wait_for(lambda: store.deliveries(status=DeliveryStatus.DELIVERED) and any(
-                d.attempts >= 3 for d in store.deliveries(status=DeliveryStatus.PENDING)))
+                d.attempts >= 3 for d in store.deliveries(status=DeliveryStatus.PENDING)),
+                timeout_s=10.0, what="a delivery and a pending one tried three times",
+                interval_s=0.02)
         finally:
             n.stop(flush_s=0.2)
     logs = "\n".join(JsonFormatter().format(r) for r in caplog.records) + caplog.text

@@ -36,6 +36,7 @@ from envcheck.sandbox.docker import LABEL_TAG, DockerRuntime
 from envcheck.schedule.scheduler import ProbeScheduler, WindowOutcome
 from envcheck.store import Store, open_store
 from tests.conftest import SESSION_TAG
+from tests.polling import wait_for
 
 T = ProbeKind.TERMINAL
 FAIL = Verdict(Status.FAIL, Reason.TOOL_MISSING, "fake: a tool is missing")
@@ -46,14 +47,6 @@ PASS = Verdict(Status.PASS, Reason.OK, "fake: ok")
 def fast_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
     """Schedules of 1 s, below the production floor (catalogue.MIN_SCHEDULE_S)."""
     monkeypatch.setenv(MIN_SCHEDULE_ENV, "1s")
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def write_catalogue(path: Path, envs: dict[str, str], *, schedules: str = "terminal: null",
@@ -221,11 +214,12 @@ def test_a_busy_image_does_not_hold_up_other_images(tmp_path: Path, fake: FakeCh
     for env_id in ("a1", "a2", "b1"):
         assert s.enqueue_now(env_id, T)
     # a2 waits for a1's image; the free worker runs b1 meanwhile instead of waiting with a2
-    wait_until("b1 to finish while a1 runs", lambda: "b1" in fake.finished)
+    wait_for(lambda: "b1" in fake.finished,
+             timeout_s=15.0, what="b1 to finish while a1 runs", interval_s=0.01)
     assert fake.order() == ["a1", "b1"]
     assert s.stats.queued == 1
     fake.hold("a1").set()
-    wait_until("a2 to run", lambda: "a2" in fake.finished)
+    wait_for(lambda: "a2" in fake.finished, timeout_s=15.0, what="a2 to run", interval_s=0.01)
     assert fake.max_per_image["img-a"] == 1
     assert s.stats.queued == 0
     assert s.stats.running == 0
@@ -238,17 +232,18 @@ def test_dedupe_queued_or_running_is_not_queued_again(tmp_path: Path, fake: Fake
     fake.hold("a")
     s.start()
     assert s.enqueue_now("a", T)
-    wait_until("a to run", lambda: fake.order() == ["a"])
+    wait_for(lambda: fake.order() == ["a"], timeout_s=15.0, what="a to run", interval_s=0.01)
     assert not s.enqueue_now("a", T), "running: not queued again"
     assert s.enqueue_now("b", T)
     assert not s.enqueue_now("b", T), "queued: not queued again"
     assert not s.enqueue_now("nope", T), "unknown environment"
     assert s.stats.queued == 1
     fake.hold("a").set()
-    wait_until("both to finish", lambda: len(fake.finished) == 2)
+    wait_for(lambda: len(fake.finished) == 2,
+             timeout_s=15.0, what="both to finish", interval_s=0.01)
     assert fake.order() == ["a", "b"]
     assert s.enqueue_now("a", T), "done: may be queued again"
-    wait_until("a again", lambda: len(fake.finished) == 3)
+    wait_for(lambda: len(fake.finished) == 3, timeout_s=15.0, what="a again", interval_s=0.01)
 
 
 def test_priority_under_backlog(tmp_path: Path, store: Store, fake: FakeChecks,
@@ -269,12 +264,15 @@ def test_priority_under_backlog(tmp_path: Path, store: Store, fake: FakeChecks,
     fake.hold("blocker")
     assert s.enqueue_now("blocker", T)  # queued before the workers start: runs first
     s.start()
-    wait_until("the blocker to run", lambda: fake.order() == ["blocker"])
+    wait_for(lambda: fake.order() == ["blocker"],
+             timeout_s=15.0, what="the blocker to run", interval_s=0.01)
     for env_id in ("quar", "normal", "suspect", "stale"):
         assert s.enqueue_now(env_id, T)
-    wait_until("the overdue job to queue", lambda: s.stats.queued == 5, timeout=10)
+    wait_for(lambda: s.stats.queued == 5,
+             timeout_s=10, what="the overdue job to queue", interval_s=0.01)
     fake.hold("blocker").set()
-    wait_until("the backlog to drain", lambda: len(fake.finished) == 6)
+    wait_for(lambda: len(fake.finished) == 6,
+             timeout_s=15.0, what="the backlog to drain", interval_s=0.01)
     order = fake.order()
     assert set(order[1:3]) == {"stale", "overdue"}, order
     assert order[3:] == ["suspect", "normal", "quar"], order
@@ -317,7 +315,7 @@ def test_quarantined_probed_at_the_reduced_rate(tmp_path: Path, store: Store,
     s = make(cat)
     s.start()
     assert job_of(s, "bad").trigger.interval_length == 1.0
-    wait_until("two failures", lambda: len(fake.finished) >= 2)
+    wait_for(lambda: len(fake.finished) >= 2, timeout_s=15.0, what="two failures", interval_s=0.01)
     outcome = s.close_window()
     assert outcome is not None
     [transition] = outcome.transitions
@@ -327,8 +325,8 @@ def test_quarantined_probed_at_the_reduced_rate(tmp_path: Path, store: Store,
     assert s.intervals() == {("bad", T): 2.5}
     switched = time.monotonic()
     before = len(fake.starts("bad"))
-    wait_until("two probes at the new rate", lambda: len(fake.starts("bad")) >= before + 2,
-               timeout=10)
+    wait_for(lambda: len(fake.starts("bad")) >= before + 2,
+             timeout_s=10, what="two probes at the new rate", interval_s=0.01)
     starts = fake.starts("bad")
     assert 0.8 <= starts[1] - starts[0] <= 1.3, starts
     after = [t for t in starts if t > switched]
@@ -368,7 +366,8 @@ def test_window_assesses_its_results(tmp_path: Path, store: Store, fake: FakeChe
     def probe(env_id: str) -> None:
         n = len(fake.finished)
         assert s.enqueue_now(env_id, T)
-        wait_until(f"{env_id} to finish", lambda: len(fake.finished) > n)
+        wait_for(lambda: len(fake.finished) > n,
+                 timeout_s=15.0, what=f"{env_id} to finish", interval_s=0.01)
 
     for env_id in ("x", "y", "x"):
         probe(env_id)
@@ -394,7 +393,8 @@ def test_an_incident_window_moves_nothing(tmp_path: Path, store: Store, fake: Fa
         n = len(fake.finished)
         for env_id in ids:
             s.enqueue_now(env_id, T)
-        wait_until("all four", lambda: len(fake.finished) == n + 4)
+        wait_for(lambda: len(fake.finished) == n + 4,
+                 timeout_s=15.0, what="all four", interval_s=0.01)
 
     probe_all()
     first = s.close_window()
@@ -465,7 +465,7 @@ def test_stop_drops_the_queue_and_lets_work_in_flight_finish(
     s.start()
     s.enqueue_now("a1", T)
     s.enqueue_now("a2", T)
-    wait_until("a1 to run", lambda: fake.order() == ["a1"])
+    wait_for(lambda: fake.order() == ["a1"], timeout_s=15.0, what="a1 to run", interval_s=0.01)
     stopper = threading.Thread(target=s.stop, args=(30,))
     stopper.start()
     stopper.join(0.3)
@@ -488,13 +488,14 @@ def test_work_outliving_the_grace_period_records_into_a_run_left_running(
     fake.hold("a")
     s.start()
     s.enqueue_now("a", T)
-    wait_until("a to run", lambda: fake.order() == ["a"])
+    wait_for(lambda: fake.order() == ["a"], timeout_s=15.0, what="a to run", interval_s=0.01)
     started = time.monotonic()
     s.stop(grace_s=0.3)
     assert time.monotonic() - started < 5
     fake.hold("a").set()
-    wait_until("a to finish", lambda: fake.finished == ["a"])
-    wait_until("its result", lambda: len(store.latest_results(["a"])) == 1)
+    wait_for(lambda: fake.finished == ["a"], timeout_s=15.0, what="a to finish", interval_s=0.01)
+    wait_for(lambda: len(store.latest_results(["a"])) == 1,
+             timeout_s=15.0, what="its result", interval_s=0.01)
     runs = {run.id: run.state for run in store.runs()}
     [late] = [run_id for run_id in runs if store.results_for_run(run_id)]
     assert runs[late] == "running", "the next start marks it interrupted and assesses it"
@@ -513,7 +514,7 @@ def test_reload_swaps_jobs(tmp_path: Path, store: Store, fake: FakeChecks,
     s.start()
     keep_next = job_of(s, "keep").next_run_time
     s.enqueue_now("gone", T)
-    wait_until("gone to run", lambda: fake.order() == ["gone"])
+    wait_for(lambda: fake.order() == ["gone"], timeout_s=15.0, what="gone to run", interval_s=0.01)
     s.enqueue_now("gone2", T)
     new = write_catalogue(tmp_path / "new.yaml", {"keep": "img-k", "added": "img-a"},
                           schedules=schedules)
@@ -524,8 +525,8 @@ def test_reload_swaps_jobs(tmp_path: Path, store: Store, fake: FakeChecks,
     assert job_of(s, "added").next_run_time <= datetime.now(UTC) + timedelta(seconds=5)
     assert {e.id for e in store.environments()} >= {"keep", "added"}
     fake.hold("gone").set()  # in-flight work of a removed environment finishes and counts
-    wait_until("the added environment to be probed", lambda: "added" in fake.finished,
-               timeout=10)
+    wait_for(lambda: "added" in fake.finished,
+             timeout_s=10, what="the added environment to be probed", interval_s=0.01)
     assert "gone2" not in fake.order(), "queued work of a removed environment is dropped"
     assert [r.env_id for r in store.latest_results(["gone"])] == ["gone"]
     changed = write_catalogue(tmp_path / "changed.yaml", {"keep": "img-k", "added": "img-a"},
@@ -643,7 +644,8 @@ def test_sandbox_bounds_on_the_engine(tmp_path: Path, store: Store, runtime: Doc
     try:
         for env_id in envs:
             assert s.enqueue_now(env_id, T)
-        wait_until("every probe", lambda: s.stats.completed == len(envs), timeout=120)
+        wait_for(lambda: s.stats.completed == len(envs),
+                 timeout_s=120, what="every probe", interval_s=0.01)
     finally:
         s.stop(60)
         sampler.close()

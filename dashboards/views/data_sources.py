@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import altair as alt
-import envcheck_ui as ui
 import pandas as pd
 import streamlit as st
 
 from envcheck.dashboard import cached as data
+from envcheck.dashboards import envcheck_ui as ui
 
 ctx = ui.context()
 st.title("Data sources")

@@ -7,13 +7,13 @@ import re
 from typing import Any
 
 import altair as alt
-import envcheck_ui as ui
 import pandas as pd
 import streamlit as st
 
 from envcheck.core.results import REASON_DOCS, Reason
 from envcheck.dashboard import cached as data
 from envcheck.dashboard.environment import window_rates
+from envcheck.dashboards import envcheck_ui as ui
 from envcheck.store.views.common import StoredResult
 from envcheck.store.views.fleet import EnvFilter
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import envcheck_ui as ui
 import streamlit as st
 
 from envcheck.dashboard import cached as data
 from envcheck.dashboard.fleet import Bucketing
+from envcheck.dashboards import envcheck_ui as ui
 from envcheck.store.views.fleet import EnvFilter
 
 ctx = ui.context()

@@ -3,11 +3,11 @@ and, through the API with its token, quarantine and release by hand."""
 
 from __future__ import annotations
 
-import envcheck_ui as ui
 import streamlit as st
 
 from envcheck.dashboard import cached as data
 from envcheck.dashboard.quarantine import api_settings, change_quarantine
+from envcheck.dashboards import envcheck_ui as ui
 
 ctx = ui.context()
 st.title("Quarantine")

@@ -1,12 +1,13 @@
 """``envcheck dashboard``: serve the Streamlit dashboard on 127.0.0.1.
 
-The app lives in the repository's ``dashboards/`` folder (next to ``probes/`` and ``images/``),
-so it runs from a checkout, with the venv that ``scripts/setup.sh`` builds (an editable
-install): it is found relative to this package, or given with ``--app`` /
-``$ENVCHECK_DASHBOARD_APP``. Streamlit runs in a child process (``python -m streamlit run``),
-headless, without usage statistics, bound to 127.0.0.1 only; this command never imports
-streamlit itself. The store URL and the API URL travel to it in its environment, not on its
-command line, where ``ps`` would show a password.
+The app lives in the repository's ``dashboards/`` folder (next to ``probes/`` and ``images/``)
+and ships in the wheel as the package ``envcheck.dashboards`` (the editable install maps it
+to the folder): its ``app.py`` is found through the import system, so the command works from
+an installed wheel as from a checkout; ``--app`` / ``$ENVCHECK_DASHBOARD_APP`` name another.
+Streamlit runs in a child process (``python -m streamlit run``), headless, without usage
+statistics, bound to 127.0.0.1 only; this command never imports streamlit itself. The store
+URL and the API URL travel to it in its environment, not on its command line, where ``ps``
+would show a password.
 """
 
 from __future__ import annotations
@@ -37,18 +38,22 @@ from envcheck.store.database import URL_ENV, redact
 __all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
 
 APP_ENV = "ENVCHECK_DASHBOARD_APP"
+APP_PACKAGE = "envcheck.dashboards"  # the top-level dashboards/ folder, as installed
 API_URL_ENV = "ENVCHECK_API_URL"  # read by envcheck.dashboard.quarantine
 DEFAULT_PORT = 8501
 HOST = "127.0.0.1"
 
 
 def dashboard_app(explicit: Path | None = None) -> Path | None:
-    """The app's entry script: ``explicit``, ``$ENVCHECK_DASHBOARD_APP``, or ``dashboards/app.py``
-    of the checkout this package was installed from; None if there is none."""
+    """The app's entry script: ``explicit``, ``$ENVCHECK_DASHBOARD_APP``, or ``app.py`` of the
+    installed package ``envcheck.dashboards``; None if there is none."""
     chosen = explicit or (Path(os.environ[APP_ENV]) if os.environ.get(APP_ENV) else None)
     if chosen is not None:
         return chosen.resolve() if chosen.is_file() else None
-    candidate = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+    spec = importlib.util.find_spec(APP_PACKAGE)  # finds it without importing streamlit
+    if spec is None or spec.origin is None:
+        return None
+    candidate = Path(spec.origin).resolve().parent / "app.py"
     return candidate if candidate.is_file() else None
 
 
@@ -69,8 +74,8 @@ def dashboard(
         "quarantine changes with ENVCHECK_API_TOKEN[_FILE]; without it the dashboard is "
         "read-only")] = None,
     app_path: Annotated[Path | None, typer.Option(
-        "--app", help=f"the app's entry script (default: ${APP_ENV}, else dashboards/app.py "
-        "of this checkout)")] = None,
+        "--app", help=f"the app's entry script (default: ${APP_ENV}, else the installed "
+        f"{APP_PACKAGE}/app.py)")] = None,
 ) -> None:
     """Serve the dashboard (fleet, environments, quarantine, data sources) on 127.0.0.1."""
     if importlib.util.find_spec("streamlit") is None:
@@ -78,8 +83,9 @@ def dashboard(
         raise typer.Exit(EXIT_USAGE)
     app = dashboard_app(app_path)
     if app is None:
-        err.print("[red]error[/red] the dashboard app is not found: it ships in the repository's "
-                  f"dashboards/ folder; run from a checkout or pass --app (or ${APP_ENV})")
+        err.print(f"[red]error[/red] the dashboard app is not found: {APP_PACKAGE} is not "
+                  "installed (pip install 'envcheck[dashboard]', or pip install -e "
+                  f"'.[dashboard]' in a checkout); or pass --app (or ${APP_ENV})")
         raise typer.Exit(EXIT_USAGE)
     url = store_url_or_exit(database)
     open_store_or_exit(url).close()  # a wrong URL fails here, not in the browser

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from envcheck.executors.local import LocalExecutor
 from envcheck.sandbox.docker import API_VERSION, LABEL_ENV, LABEL_RUN, LABEL_TAG
 from tests.conftest import DEMO, SESSION_TAG
 from tests.engine_proxy import ENGINE, EngineProxy
+from tests.polling import wait_for
 from tests.test_daemon import Daemons
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -111,13 +111,6 @@ def _ids(client: docker.DockerClient, *labels: str) -> set[str]:
     return {c["Id"] for c in client.api.containers(all=True, filters={"label": list(labels)})}
 
 
-def _wait(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def _outage_mid_probe(engine: Engine, real: docker.DockerClient, executor: LocalExecutor,
                       env: Environment) -> set[str]:
     """Cut the engine while a probe of ``env`` is in flight; the probe's containers, which
@@ -126,7 +119,8 @@ def _outage_mid_probe(engine: Engine, real: docker.DockerClient, executor: Local
     mine = (f"{LABEL_TAG}={SESSION_TAG}", f"{LABEL_RUN}={run_id}")
     with ThreadPoolExecutor(1) as pool:
         probe = pool.submit(executor.check, env, [ProbeKind.TESTS], run_id)
-        _wait("the probe's container", lambda: bool(_ids(real, *mine)))
+        wait_for(lambda: bool(_ids(real, *mine)),
+                 timeout_s=DEADLINE_S, what="the probe's container", interval_s=0.1)
         in_flight = _ids(real, *mine)
         engine.cut()
         [result] = probe.result(timeout=60)
@@ -168,7 +162,8 @@ def test_inflight_containers_reaped_once_engine_answers(
         [result] = executor.check(healthy, [ProbeKind.TERMINAL], uuid.uuid4().hex)
         assert result.status is Status.PASS, result
     # the same process, no restart: the leftovers are gone from the real engine
-    _wait("the leftovers to be reaped", lambda: not (left & _ids(real, LABEL_TAG)))
+    wait_for(lambda: not (left & _ids(real, LABEL_TAG)),
+             timeout_s=DEADLINE_S, what="the leftovers to be reaped", interval_s=0.1)
     assert any("reaped 1 leftover container" in r.getMessage() for r in caplog.records)
 
 

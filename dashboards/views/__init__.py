@@ -1,0 +1,1 @@
+"""The dashboard's pages, one Streamlit script each; ``app.py`` registers them by file."""
