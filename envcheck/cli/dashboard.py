@@ -26,12 +26,13 @@ from rich.markup import escape
 from envcheck.cli.common import (
     EXIT_INFRA,
     EXIT_USAGE,
+    Database,
     err,
     open_store_or_exit,
     out,
     store_url_or_exit,
 )
-from envcheck.store.database import URL_ENV, redact
+from envcheck.store.urls import URL_ENV
 
 __all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
 
@@ -62,8 +63,7 @@ def streamlit_command(app: Path, port: int) -> list[str]:
 def dashboard(
     port: Annotated[int, typer.Option(min=1, max=65535, help="port on 127.0.0.1")
                     ] = DEFAULT_PORT,
-    database: Annotated[str | None, typer.Option("--database", envvar=URL_ENV,
-                                                 help="store URL (default: SQLite)")] = None,
+    database: Database = None,
     api_url: Annotated[str | None, typer.Option(
         "--api-url", envvar=API_URL_ENV, help="envcheck's HTTP API (the daemon's port), for "
         "quarantine changes with ENVCHECK_API_TOKEN[_FILE]; without it the dashboard is "
@@ -73,6 +73,8 @@ def dashboard(
         "of this checkout)")] = None,
 ) -> None:
     """Serve the dashboard (fleet, environments, quarantine, data sources) on 127.0.0.1."""
+    from envcheck.store.database import redact
+
     if importlib.util.find_spec("streamlit") is None:
         err.print("[red]error[/red] streamlit is not installed: pip install -e '.[dashboard]'")
         raise typer.Exit(EXIT_USAGE)

@@ -15,7 +15,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from envcheck.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err, open_store_or_exit, out
+from envcheck.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Database,
+    err,
+    open_store_or_exit,
+    out,
+)
 from envcheck.core.errors import StoreError
 
 if TYPE_CHECKING:
@@ -24,8 +32,6 @@ if TYPE_CHECKING:
 quarantine_app = typer.Typer(help="List, add, release and audit quarantined environments.",
                              no_args_is_help=True)
 
-Database = Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
-                                              help="store URL (default: SQLite)")]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 

@@ -15,9 +15,9 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Engine, exists, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
+from envcheck.store.database import upsert_insert
 from envcheck.store.tables import (
     CheckRun,
     IncidentRow,
@@ -81,7 +81,7 @@ class DeliveryRecords:
         raise NotImplementedError
 
     def _upsert(self) -> Any:
-        return sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        return upsert_insert(self._engine)
 
     def register_webhook(self, webhook_id: str, name: str, format: str) -> tuple[int, int]:
         """Note a configured webhook; returns its (transition, incident) cursors. A webhook

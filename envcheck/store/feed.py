@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from envcheck.catalogue.models import Suite
 from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import Observation
 from envcheck.store.tables import (
@@ -26,6 +25,9 @@ from envcheck.store.tables import (
     SuiteRow,
     TransitionRow,
 )
+
+if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
+    from envcheck.catalogue.models import Suite
 
 __all__ = ["FeedRecords", "FeedRow"]
 

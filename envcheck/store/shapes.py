@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, exists, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from envcheck.core.errors import StoreError
+from envcheck.store.database import upsert_insert
 from envcheck.store.tables import DataSourceShapeRow
 
 __all__ = ["FIRST_SEEN_ACTOR", "DataSourceShape", "ShapeRecords"]
@@ -73,7 +73,7 @@ class ShapeRecords:
                       count: int = 1, auto_accept: bool = False) -> DataSourceShape:
         """Record ``count`` samples with this shape at ``at``; with ``auto_accept``, accept
         it if the source has no accepted shape yet (the first shape ever seen)."""
-        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        insert = upsert_insert(self._engine)
         stmt = insert(_TABLE).values(source_id=source_id, fingerprint=fingerprint, shape=shape,
                                      first_seen=at, last_seen=at, seen=count)
         stmt = stmt.on_conflict_do_update(

@@ -15,24 +15,31 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.util import CommandError
 from sqlalchemy import Engine, func, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
-from envcheck.catalogue.models import Environment
 from envcheck.core.errors import StoreError
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
-from envcheck.store.database import create_store_engine, default_database_url, migrate, redact
+from envcheck.store.database import (
+    UnknownRevision,
+    create_store_engine,
+    default_database_url,
+    migrate,
+    redact,
+    upsert_insert,
+)
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState
 from envcheck.store.views import ViewRecords
+
+if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
+    from envcheck.catalogue.models import Environment
 
 __all__ = ["Store", "new_run", "open_store"]
 
@@ -134,7 +141,7 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, ViewRecords):
             }
             for e in envs
         ]
-        insert = sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        insert = upsert_insert(self._engine)
         with self._session() as session:
             # Batches keep each statement under SQLite's limit of bound parameters.
             for start in range(0, len(values), _UPSERT_BATCH):
@@ -288,10 +295,10 @@ def open_store(url: str | None = None) -> Store:
     engine = create_store_engine(url)
     try:
         migrate(engine)
-    except (SQLAlchemyError, CommandError) as exc:
+    except (SQLAlchemyError, UnknownRevision) as exc:
         engine.dispose()
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        if isinstance(exc, CommandError):  # e.g. a revision this envcheck does not know
+        if isinstance(exc, UnknownRevision):  # e.g. a revision this envcheck does not know
             reason += " (was the database migrated by a newer envcheck?)"
         password = engine.url.password
         if password:
