@@ -170,7 +170,7 @@ class FeedRecords:
                  .where(env.c.suite == suite_id).order_by(env.c.id))
         with self._session() as session:
             return [FeedRow(env_id, st, reason, bool(q), source, why)
-                    for env_id, st, reason, q, source, why in session.execute(query)]
+                    for env_id, st, reason, q, source, why in session.execute(query).all()]
 
 
 class FeedRow(NamedTuple):
