@@ -230,22 +230,33 @@ reset = fleetcache.reset
 # --- measuring ----------------------------------------------------------------------------------
 
 
+def open_fleet(backend: str, url: str, envs: int, per_env: int
+               ) -> tuple[Store, str | dict[str, float]]:
+    """The fleet's store at ``url``, built first unless the cache there is complete; and
+    "cached" or the build's timings. Shared with ``bench/cli_startup.py``."""
+    store = open_store(url)
+    if complete(store, envs, per_env):
+        return store, "cached"
+    store.close()
+    reset(url)
+    store = open_store(url)
+    print(f"[{backend}] building {envs} environments x {per_env} results ...",
+          file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        timings = build(store, envs, per_env)
+    except BaseException:
+        store.close()
+        raise
+    timings["total_s"] = time.perf_counter() - started
+    return store, timings
+
+
 def bench_backend(backend: str, url: str, args: argparse.Namespace) -> tuple[list[Row],
                                                                               dict[str, Any]]:
     info: dict[str, Any] = {"backend": backend}
-    store = open_store(url)
+    store, info["build"] = open_fleet(backend, url, args.envs, args.results_per_env)
     try:
-        if complete(store, args.envs, args.results_per_env):
-            info["build"] = "cached"
-        else:
-            store.close()
-            reset(url)
-            store = open_store(url)
-            print(f"[{backend}] building {args.envs} environments x {args.results_per_env} "
-                  "results ...", file=sys.stderr, flush=True)
-            started = time.perf_counter()
-            info["build"] = build(store, args.envs, args.results_per_env)
-            info["build"]["total_s"] = time.perf_counter() - started
         listing = allowlist(store, SUITE)
         info["allowed"] = len(listing.allowed)
         info["excluded"] = dict(Counter(why.split(":")[0] for why in listing.excluded.values()))

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -22,7 +23,12 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.errors import StoreError
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.store import CheckRun, RunState, Store, default_database_url, open_store
-from envcheck.store.database import alembic_config
+from envcheck.store.database import (
+    SCHEMA_HEAD,
+    alembic_config,
+    create_store_engine,
+    schema_revision,
+)
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -80,6 +86,30 @@ def test_a_newer_schema_is_refused(store_url: str) -> None:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(StoreError, match="newer envcheck"):
         open_store(store_url)
+
+
+def test_schema_head_names_the_newest_migration() -> None:
+    """Opening a store at SCHEMA_HEAD skips Alembic: it must be the migrations' real head."""
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == SCHEMA_HEAD
+
+
+def test_an_older_schema_is_upgraded_to_head(store_url: str) -> None:
+    head = ScriptDirectory.from_config(alembic_config()).get_revision(SCHEMA_HEAD)
+    assert isinstance(head.down_revision, str)
+    engine = create_store_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            assert schema_revision(conn) is None  # a new database: no alembic_version yet
+            command.upgrade(alembic_config(conn), head.down_revision)
+            conn.commit()
+        with engine.connect() as conn:
+            assert schema_revision(conn) == [head.down_revision]
+    finally:
+        engine.dispose()
+    with open_store(store_url) as store, store.engine.connect() as conn:
+        assert schema_revision(conn) == [SCHEMA_HEAD]
+        assert set(inspect(conn).get_table_names()) == {"alembic_version",
+                                                        *SQLModel.metadata.tables}
 
 
 def test_unsupported_backend_is_refused() -> None:

@@ -6,6 +6,9 @@ disk) and they are still unwritten at the end of ``check``, the exit is 3 even i
 environment failed. The summary still shows every failure, but the feed schedulers read does
 not reflect the run, and that needs an operator before anything else. Exit 1 never means a
 store failure.
+
+Only typer, rich and small modules are imported at the top (see :mod:`envcheck.cli.common`):
+each command imports the catalogue, the store, the executors or the engine client it uses.
 """
 
 from __future__ import annotations
@@ -22,10 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from envcheck.catalogue.models import Catalogue, CatalogueFile, Environment
 from envcheck.cli.common import (
     EXIT_FAILED,
     EXIT_INFRA,
@@ -42,20 +42,18 @@ from envcheck.cli.common import (
 )
 from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
-from envcheck.core.errors import ConfigError, EngineUnreachable, InfraError, StoreError
+from envcheck.core.errors import ConfigError, StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
-from envcheck.executors.base import ExecutorConfig, ExecutorKind
-from envcheck.executors.cycle import ResultSink, Services, unchecked
-from envcheck.executors.registry import open_executor
-from envcheck.feed.assess import previous_statuses
-from envcheck.kinds import available_kinds
-from envcheck.kinds.collaborators import build_services
-from envcheck.sandbox.docker import DockerRuntime
-from envcheck.store.database import redact
-from envcheck.store.pending import PendingWrites, store_reason
+from envcheck.executors.kind import ExecutorKind
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from envcheck.catalogue.models import Catalogue, Environment
+    from envcheck.executors.base import ExecutorConfig
+    from envcheck.executors.cycle import ResultSink, Services
     from envcheck.store import Store
+    from envcheck.store.pending import PendingWrites
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="envcheck: which sandbox environments can your RL runs trust?")
@@ -105,6 +103,8 @@ def validate(paths: CataloguePaths) -> None:
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of a catalogue file (for editors)."""
+    from envcheck.catalogue.models import CatalogueFile
+
     doc = CatalogueFile.model_json_schema(by_alias=True)
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     doc["title"] = "envcheck catalogue"
@@ -123,6 +123,8 @@ def _select(catalogue: Catalogue, env_ids: list[str] | None) -> list[Environment
 
 
 def _kinds(names: list[str] | None) -> list[ProbeKind]:
+    from envcheck.kinds import available_kinds
+
     available = available_kinds()
     if not names:
         return available
@@ -150,6 +152,8 @@ SUMMARY_COLUMNS = ("environment", "probe", "status", "reason", "seconds", "summa
 
 
 def _summary(results: Sequence[ProbeResult]) -> Table:
+    from rich.table import Table
+
     table = Table(title="envcheck results", title_justify="left")
     for column in SUMMARY_COLUMNS[:-1]:
         table.add_column(column, no_wrap=True)
@@ -181,6 +185,7 @@ def _print_summary(console: Console, results: Sequence[ProbeResult]) -> None:
         console.file.flush()
 
 
+
 def _raise_on_term(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -204,6 +209,12 @@ def check(
     written at the end, the summary is printed and the exit is 3 even when an environment
     failed: the feed schedulers read does not show this run, which needs an operator first.
     """
+    from envcheck.executors.base import ExecutorConfig
+    from envcheck.feed.assess import previous_statuses
+    from envcheck.kinds.collaborators import build_services
+    from envcheck.store.database import redact
+    from envcheck.store.pending import PendingWrites, store_reason
+
     config = ExecutorConfig.parse(executor, concurrency=concurrency, ray_address=ray_address)
     catalogue = _load(paths)
     envs, kinds = _select(catalogue, env), _kinds(probe)
@@ -249,6 +260,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _unrecorded(writes: PendingWrites, total: int | None) -> str:
+    from envcheck.store.database import redact
+
     of = f" of {total}" if total is not None else ""
     return (f"could not record {writes.held}{of} results: the store at "
             f"{redact(writes.store.engine.url)} is not writable ({writes.error})")
@@ -261,6 +274,9 @@ def _settle(writes: PendingWrites, run_id: str, envs: list[Environment],
     The run is assessed only once all its results are written, and finished only once
     assessed: a run left running or interrupted is assessed by the daemon's next start.
     """
+    from envcheck.store.database import redact
+    from envcheck.store.pending import store_reason
+
     if not writes.flush_within(FINAL_FLUSH_S):
         return _unrecorded(writes, len(results))
     try:
@@ -295,6 +311,18 @@ def _assess(store: Store, run_id: str, envs: list[Environment],
 def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
          record: ResultSink | None, config: ExecutorConfig, as_json: bool,
          services: Services | None = None, store: Store | None = None) -> list[ProbeResult]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from envcheck.core.errors import InfraError
+    from envcheck.executors.cycle import unchecked
+    from envcheck.executors.registry import open_executor
+
     progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
                         console=err, transient=True)
@@ -332,12 +360,14 @@ def snapshot(
                                "declares, else <catalogue dir>/locks/<env>.txt)")] = None,
 ) -> None:
     """Record an environment's installed Python packages as a pip-freeze lock file."""
-    from envcheck.core.errors import InfraError, SandboxStartFailed
+
+    from envcheck.core.errors import EngineUnreachable, InfraError, SandboxStartFailed
     from envcheck.core.files import atomic_write_text
     from envcheck.executors.cycle import new_run_id
     from envcheck.kinds.dependencies.lock import format_lock
     from envcheck.kinds.dependencies.probe import SnapshotFailed, take_snapshot
     from envcheck.sandbox.base import SandboxSpec
+    from envcheck.sandbox.docker import DockerRuntime
 
     catalogue = _load([paths])
     [env] = _select(catalogue, [env_id])
@@ -440,6 +470,7 @@ def daemon(
 
     from envcheck.core.logs import configure
     from envcheck.daemon import DaemonConfig, run_daemon
+    from envcheck.executors.base import ExecutorConfig
     from envcheck.feed.exports import EXPORT_DIR_ENV
     from envcheck.net.apitoken import load_api_token
     from envcheck.notify.config import WebhookConfigError, load_webhooks

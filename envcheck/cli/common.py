@@ -1,6 +1,10 @@
-"""What every command shares: consoles, exit codes, loading a catalogue or exiting 2, opening
-the store (a data directory that cannot be created is bad input: exit 2; a store that does
-not answer is envcheck's infrastructure: exit 3)."""
+"""What every command shares: consoles, exit codes, the ``--database`` option, loading a
+catalogue or exiting 2, opening the store (a data directory that cannot be created is bad
+input: exit 2; a store that does not answer is envcheck's infrastructure: exit 3).
+
+Light on purpose, like every module of the command tree: typer, rich and small modules at the
+top; the catalogue, the store and the rest inside the functions that use them, so that
+``envcheck --help`` and ``envcheck gate`` do not pay for what they never run."""
 
 from __future__ import annotations
 
@@ -12,11 +16,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from envcheck.catalogue.loader import load_catalogue
-from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import CatalogueError, ConfigError, StoreError
 
 if TYPE_CHECKING:
+    from envcheck.catalogue.models import Catalogue
     from envcheck.store import Store
 
 __all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "CataloguePaths", "Database",
@@ -36,6 +39,8 @@ out = Console()
 
 
 def load_or_exit(paths: Sequence[Path]) -> Catalogue:
+    from envcheck.catalogue.loader import load_catalogue
+
     try:
         return load_catalogue(paths)
     except CatalogueError as exc:
@@ -53,7 +58,7 @@ def config_error_exit(exc: ConfigError) -> typer.Exit:
 
 def store_url_or_exit(url: str | None) -> str:
     """The store URL: ``url``, else the default (which creates the data directory)."""
-    from envcheck.store import default_database_url
+    from envcheck.store.urls import default_database_url
 
     try:
         return url or default_database_url()

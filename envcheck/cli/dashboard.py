@@ -33,7 +33,7 @@ from envcheck.cli.common import (
     out,
     store_url_or_exit,
 )
-from envcheck.store.database import URL_ENV, redact
+from envcheck.store.urls import URL_ENV
 
 __all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
 
@@ -78,6 +78,8 @@ def dashboard(
         f"{APP_PACKAGE}/app.py)")] = None,
 ) -> None:
     """Serve the dashboard (fleet, environments, quarantine, data sources) on 127.0.0.1."""
+    from envcheck.store.database import redact
+
     if importlib.util.find_spec("streamlit") is None:
         err.print("[red]error[/red] streamlit is not installed: pip install -e '.[dashboard]'")
         raise typer.Exit(EXIT_USAGE)

@@ -59,7 +59,7 @@ def gate(
             known = ", ".join(s.id for s in store.suites()) or "none yet: run envcheck check"
             err.print(f"[red]error[/red] unknown suite {suite!r} (known: {known})")
             raise typer.Exit(EXIT_USAGE) from None
-        members = set(store.suite_members(suite))
+        members = set(store.suite_members(suite)) if env else set()
     unknown = [e for e in env or [] if e not in members]
     if unknown:
         err.print(f"[red]error[/red] not in suite {suite!r}: {', '.join(unknown)}")
@@ -77,10 +77,10 @@ def gate(
             "excluded": listing.excluded, "healthy_fraction": round(listing.healthy_fraction, 4),
             "min_healthy": min_healthy, "ok": not problems, "problems": problems}) + "\n")
     else:
-        for env_id in listing.allowed:
-            sys.stdout.write(f"{env_id}\n")
-        for env_id, why in listing.excluded.items():
-            err.print(f"excluded {env_id}: {escape(why)}", highlight=False)
+        sys.stdout.write("".join(f"{env_id}\n" for env_id in listing.allowed))
+        if listing.excluded:  # one print, the same lines: per-line prints cost 0.3 s at 1,000
+            err.print("\n".join(f"excluded {env_id}: {escape(why)}"
+                                for env_id, why in listing.excluded.items()), highlight=False)
         for problem in problems:
             err.print(f"[red]gate failed[/red] {escape(problem)}", highlight=False)
     raise typer.Exit(EXIT_FAILED if problems else EXIT_OK)

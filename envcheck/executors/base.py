@@ -7,20 +7,15 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import ResultSink, Services
+from envcheck.executors.kind import ExecutorKind
 from envcheck.kinds import Verdict, load_probe
 
 __all__ = ["Executor", "ExecutorConfig", "ExecutorKind", "RayOptions", "infra_results"]
-
-
-class ExecutorKind(StrEnum):
-    LOCAL = "local"
-    RAY = "ray"
 
 
 @dataclass(frozen=True, slots=True)

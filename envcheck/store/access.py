@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from envcheck.core.errors import StoreError
+from envcheck.store.database import upsert_insert
 
 __all__ = ["StoreAccess"]
 
@@ -62,4 +62,4 @@ class StoreAccess:
 
     def _upsert(self) -> Any:
         """The dialect's ``insert`` that has ``on_conflict_do_update``/``_do_nothing``."""
-        return sqlite.insert if self._engine.dialect.name == "sqlite" else postgresql.insert
+        return upsert_insert(self._engine)

@@ -1,30 +1,47 @@
-"""Database URLs, engines and migrations: everything backend-specific lives here.
+"""Engines and migrations: everything backend-specific lives here (the URL helpers that need
+no SQLAlchemy live in :mod:`envcheck.store.urls` and are re-exported).
 
 SQLite is the embedded default; PostgreSQL is for fleets. Connection failures surface as one
 :class:`~envcheck.core.errors.StoreError` whose message never contains the URL's password.
+
+Opening a store whose schema is already at head costs one plain query of ``alembic_version``:
+Alembic (a third of a second to import) is loaded only when there is something to migrate, so
+short commands (``envcheck gate``) stay fast. :data:`SCHEMA_HEAD` names the newest revision;
+a test holds it equal to the migrations' head.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
-from envcheck.core.errors import ConfigError, StoreError
+from envcheck.core.errors import StoreError
+from envcheck.store.urls import (
+    DATA_DIR_ENV,
+    URL_ENV,
+    data_dir,
+    default_database_url,
+    normalise_url,
+)
 
-__all__ = ["create_store_engine", "default_database_url", "migrate", "normalise_url", "redact"]
+if TYPE_CHECKING:
+    from alembic.config import Config
 
-URL_ENV = "ENVCHECK_DATABASE_URL"
-DATA_DIR_ENV = "ENVCHECK_DATA_DIR"
+__all__ = ["DATA_DIR_ENV", "SCHEMA_HEAD", "URL_ENV", "UnknownRevision", "create_store_engine",
+           "data_dir", "default_database_url", "migrate", "normalise_url", "redact",
+           "schema_revision", "upsert_insert"]
+
+# The newest revision in migrations/versions: bump it with every new migration (a test fails
+# until it matches). A database at this revision is opened without loading Alembic.
+SCHEMA_HEAD = "0004"
 SQLITE_BUSY_TIMEOUT_MS = 5000
 PG_CONNECT_TIMEOUT_S = 5
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -33,46 +50,6 @@ _PG_MIGRATION_LOCK = 0x656E76636865636B  # "envcheck"
 # alembic.context is a module-global proxy: two threads running migrations at once (even on
 # different databases) would swap each other's context mid-run.
 _ALEMBIC_LOCK = threading.Lock()
-
-
-def data_dir() -> Path:
-    """Where envcheck keeps local state; created on first use. A directory that cannot be
-    created or written is the user's setting to fix: :class:`ConfigError`, one line."""
-    explicit = os.environ.get(DATA_DIR_ENV)
-    if explicit:
-        path = Path(explicit)
-    else:
-        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        path = Path(state) / "envcheck"
-    fix = f"set {DATA_DIR_ENV} to a writable directory"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ConfigError(f"cannot use the data directory {path}: it exists and is not a "
-                          f"directory ({fix})") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot create the data directory {path}: "
-                          f"{exc.strerror or exc} ({fix})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot use the data directory {path}: not writable ({fix})")
-    return path
-
-
-def default_database_url() -> str:
-    """``$ENVCHECK_DATABASE_URL`` if set, else the SQLite file ``envcheck.db`` in the data dir
-    (raises :class:`ConfigError` if that cannot be created)."""
-    url = os.environ.get(URL_ENV, "").strip()
-    if url:
-        return normalise_url(url)
-    return f"sqlite:///{data_dir() / 'envcheck.db'}"
-
-
-def normalise_url(url: str) -> str:
-    """Route plain ``postgresql://`` (and ``postgres://``) URLs to the psycopg 3 driver."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url.removeprefix(prefix)
-    return url
 
 
 def redact(url: str | URL) -> str:
@@ -137,6 +114,13 @@ def create_store_engine(url: str) -> Engine:
     return engine
 
 
+def upsert_insert(engine: Engine) -> Any:
+    """The backend's ``insert`` (with ``on_conflict_do_update``/``_nothing``): SQLite's or
+    PostgreSQL's, importing only the dialect in use (PostgreSQL's costs a short command)."""
+    name = "sqlite" if engine.dialect.name == "sqlite" else "postgresql"
+    return importlib.import_module(f"sqlalchemy.dialects.{name}").insert
+
+
 def _lock_for_migration(conn: Connection) -> None:
     """Serialise concurrent first opens (CLI and daemon) so only one creates the schema."""
     if conn.dialect.name == "sqlite":
@@ -146,7 +130,14 @@ def _lock_for_migration(conn: Connection) -> None:
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
 
 
+class UnknownRevision(Exception):
+    """The database's schema is at a revision these migrations do not know (a newer envcheck
+    migrated it): Alembic's ``CommandError``, without importing Alembic to catch it."""
+
+
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("path_separator", "os")
@@ -155,9 +146,35 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+def schema_revision(conn: Connection) -> list[str] | None:
+    """The revisions in ``alembic_version``, by a plain query; None if there is no such table
+    (a new database) or it cannot be read. Leaves no transaction open on ``conn``."""
+    try:
+        return sorted(str(v) for v in
+                      conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars())
+    except SQLAlchemyError:
+        return None
+    finally:
+        conn.rollback()  # PostgreSQL: a failed query would poison the transaction
+
+
 def migrate(engine: Engine) -> None:
-    """Upgrade the database to the newest schema, in one transaction where the backend can."""
+    """Upgrade the database to the newest schema, in one transaction where the backend can.
+
+    At head already (every open after the first), this is one read of ``alembic_version``
+    and Alembic is not imported. Otherwise (a new database, an older schema, a revision
+    unknown here) Alembic decides under the migration lock, as concurrent first opens need.
+    Raises :class:`UnknownRevision` for a schema newer than these migrations."""
+    with engine.connect() as conn:  # connection errors surface here, as before
+        if schema_revision(conn) == [SCHEMA_HEAD]:
+            return
+    from alembic import command
+    from alembic.util import CommandError
+
     with _ALEMBIC_LOCK, engine.connect() as conn:
         _lock_for_migration(conn)
-        command.upgrade(alembic_config(conn), "head")
+        try:
+            command.upgrade(alembic_config(conn), "head")
+        except CommandError as exc:
+            raise UnknownRevision(str(exc)) from exc
         conn.commit()

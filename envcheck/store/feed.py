@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
-from envcheck.catalogue.models import Suite
 from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import Observation
 from envcheck.store.access import StoreAccess
@@ -26,6 +25,9 @@ from envcheck.store.tables import (
     SuiteRow,
     TransitionRow,
 )
+
+if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
+    from envcheck.catalogue.models import Suite
 
 __all__ = ["FeedRecords", "FeedRow"]
 
@@ -163,7 +165,7 @@ class FeedRecords(StoreAccess):
                  .where(env.c.suite == suite_id).order_by(env.c.id))
         with self._session() as session:
             return [FeedRow(env_id, st, reason, bool(q), source, why)
-                    for env_id, st, reason, q, source, why in session.execute(query)]
+                    for env_id, st, reason, q, source, why in session.execute(query).all()]
 
 
 class FeedRow(NamedTuple):

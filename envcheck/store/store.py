@@ -15,18 +15,22 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.util import CommandError
 from sqlalchemy import Engine, func, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
-from envcheck.catalogue.models import Environment
 from envcheck.core.errors import StoreError
 from envcheck.core.results import ProbeKind, ProbeResult
-from envcheck.store.database import create_store_engine, default_database_url, migrate, redact
+from envcheck.store.database import (
+    UnknownRevision,
+    create_store_engine,
+    default_database_url,
+    migrate,
+    redact,
+)
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.shapes import ShapeRecords
@@ -35,6 +39,9 @@ from envcheck.store.views.data_sources import SourceViews
 from envcheck.store.views.environment import EnvironmentViews
 from envcheck.store.views.fleet import FleetViews
 from envcheck.store.views.quarantine import QuarantineViews
+
+if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
+    from envcheck.catalogue.models import Environment
 
 __all__ = ["Store", "new_run", "open_store"]
 
@@ -266,10 +273,10 @@ def open_store(url: str | None = None) -> Store:
     engine = create_store_engine(url)
     try:
         migrate(engine)
-    except (SQLAlchemyError, CommandError) as exc:
+    except (SQLAlchemyError, UnknownRevision) as exc:
         engine.dispose()
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        if isinstance(exc, CommandError):  # e.g. a revision this envcheck does not know
+        if isinstance(exc, UnknownRevision):  # e.g. a revision this envcheck does not know
             reason += " (was the database migrated by a newer envcheck?)"
         password = engine.url.password
         if password:

@@ -1,0 +1,157 @@
+"""Benchmark: how fast the command line starts, ``envcheck --help`` and ``envcheck gate --suite S``
+on a 10,000-environment SQLite store, against the interpreter's own start and ``import typer``.
+
+    .venv/bin/python bench/cli_startup.py [--rounds N] [--envs N] [--results-per-env K]
+                                          [--rebuild] [--json OUT]
+
+Four commands, each a fresh process run from the repository root, as a launch script runs
+them: ``python -c pass`` (the floor: the interpreter starting), ``python -c "import typer"``
+(the framework), ``envcheck --help`` and ``envcheck gate --suite fleet`` (through the console
+script's entry point, ``envcheck.cli:main``, on this checkout's code, output to /dev/null).
+One unmeasured warm-up round, then ``--rounds`` rounds, the order rotated every round so that
+drift hits all four alike. Wall time from spawn to exit, and the child's CPU time (user +
+system), which a busy machine inflates less. Byte-code caching is on for the children
+(``PYTHONDONTWRITEBYTECODE`` removed), as for an installed package; the warm-up writes it.
+
+The store is ``bench/allowlist.py``'s fleet (same recipe, same cache in ``$TMPDIR/envcheck-bench``,
+built on first use: 1-2 minutes), at the newest schema, so ``gate`` reads it without migrating.
+Exit 0 whatever the numbers; 1 if the benchmark itself broke (a command failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import allowlist
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS_S = {"envcheck --help": 0.3, "envcheck gate": 0.5}
+# The console script's body (envcheck.cli:main) without the script: this checkout's code.
+ENTRY = "import sys; from envcheck.cli import main; sys.argv[0] = 'envcheck'; sys.exit(main())"
+
+
+@dataclass
+class Command:
+    name: str
+    argv: list[str]
+    codes: tuple[int, ...] = (0,)
+    wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+
+    def run(self, env: dict[str, str]) -> None:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(self.argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=120, check=False)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode not in self.codes:
+            raise RuntimeError(f"{self.name} exited {done.returncode}: "
+                               f"{done.stderr.decode(errors='replace')[-2000:]}")
+        self.wall_s.append(wall)
+        self.cpu_s.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
+def child_env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, whatever the venv's editable install says
+    env["ENVCHECK_DATABASE_URL"] = url
+    env["COLUMNS"] = "120"
+    return env
+
+
+def checkout_in_use(env: dict[str, str]) -> None:
+    done = subprocess.run([sys.executable, "-c", "import envcheck; print(envcheck.__file__)"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    if not Path(done.stdout.strip()).is_relative_to(ROOT):
+        raise RuntimeError(f"the children import {done.stdout.strip()}, not {ROOT}")
+
+
+def report(commands: list[Command]) -> str:
+    floor, typer_ = commands[0], commands[1]
+    med = {c.name: statistics.median(c.wall_s) for c in commands}
+    cpu = {c.name: statistics.median(c.cpu_s) for c in commands}
+    lines = [f"{'command':<18} {'n':>3} {'median s':>9} {'min s':>7} {'max s':>7} "
+             f"{'cpu s':>7} {'x floor':>8} {'x typer':>8} {'- typer s':>10}"]
+    for c in commands:
+        lines.append(f"{c.name:<18} {len(c.wall_s):>3} {med[c.name]:>9.3f} {min(c.wall_s):>7.3f} "
+                     f"{max(c.wall_s):>7.3f} {cpu[c.name]:>7.3f} "
+                     f"{med[c.name] / med[floor.name]:>8.1f} "
+                     f"{med[c.name] / med[typer_.name]:>8.2f} "
+                     f"{med[c.name] - med[typer_.name]:>10.3f}")
+    lines.append("")
+    for name, target in TARGETS_S.items():
+        verdict = "PASS" if med[name] <= target else "FAIL"
+        lines.append(f"{name}: median {med[name]:.3f} s (cpu {cpu[name]:.3f} s), "
+                     f"target <= {target} s: {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--envs", type=int, default=10_000)
+    parser.add_argument("--results-per-env", type=int, default=100,
+                        help="the allowlist bench's default, so both share one cached store")
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached store")
+    parser.add_argument("--json", type=Path, help="write every sample here")
+    args = parser.parse_args(argv)
+
+    key = allowlist.cache_key(args.envs, args.results_per_env)
+    with allowlist.sqlite_url(key, args.rebuild) as url:
+        store, build = allowlist.open_fleet("sqlite", url, args.envs, args.results_per_env)
+        try:
+            listing = allowlist.allowlist(store, allowlist.SUITE)
+        finally:
+            store.close()
+    env = child_env(url)
+    checkout_in_use(env)
+    py = sys.executable
+    commands = [
+        Command("python -c pass", [py, "-c", "pass"]),
+        Command("import typer", [py, "-c", "import typer"]),
+        Command("envcheck --help", [py, "-c", ENTRY, "--help"]),
+        # 0: enough of the suite is allowed; 1 would be a valid answer too, not a breakage
+        Command("envcheck gate", [py, "-c", ENTRY, "gate", "--suite", allowlist.SUITE],
+                codes=(0, 1)),
+    ]
+    load_before = os.getloadavg()
+    for command in commands:  # warm-up: byte-code caches, the page cache, the store's file
+        command.run(env)
+        command.wall_s.clear()
+        command.cpu_s.clear()
+    for r in range(args.rounds):
+        for command in commands[r % len(commands):] + commands[:r % len(commands)]:
+            command.run(env)
+    load_after = os.getloadavg()
+
+    built = "cached" if build == "cached" else \
+        ", ".join(f"{k} {v:.1f} s" for k, v in build.items())
+    print(f"store: {args.envs} environments x {args.results_per_env} results (SQLite, "
+          f"{len(listing.allowed)} allowed, {len(listing.excluded)} excluded; {built})")
+    print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
+          f"{os.cpu_count()} CPUs\n")
+    print(report(commands))
+    if args.json:
+        args.json.write_text(json.dumps({
+            "commands": [asdict(c) for c in commands], "targets_s": TARGETS_S,
+            "params": {"rounds": args.rounds, "envs": args.envs,
+                       "results_per_env": args.results_per_env},
+            "host": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                     "machine": platform.machine(), "load_before": load_before,
+                     "load_after": load_after}}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The command line starts without what its command does not use (issue 12, item 9).
+
+Functional, no clock: each case runs the real entry point (``envcheck.cli:main``, what the
+``envcheck`` script calls) in a fresh interpreter and looks at ``sys.modules`` afterwards.
+How fast that is, is measured by ``bench/cli_startup.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envcheck.store import open_store
+from tests.conftest import ROOT
+from tests.test_api import ALLOWED, seed
+
+# Run the entry point, then report its exit code and every module it imported.
+PROBE = r"""
+import json, sys
+report, sys.argv = sys.argv[1], ["envcheck", *sys.argv[2:]]
+from envcheck.cli import main
+try:
+    main()
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+with open(report, "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+# Neither --help nor gate needs any of these.
+NEVER = ("alembic", "fastapi", "starlette", "uvicorn", "docker", "streamlit", "ray",
+         "envcheck.catalogue.models", "envcheck.api", "envcheck.kinds", "envcheck.sandbox",
+         "envcheck.executors.base", "envcheck.daemon")
+# --help does not open a store nor parse a value.
+NOT_FOR_HELP = (*NEVER, "sqlalchemy", "sqlmodel", "pydantic", "envcheck.store.store")
+
+
+def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None
+            ) -> tuple[int, set[str], subprocess.CompletedProcess[str]]:
+    report = tmp_path / f"modules-{len(list(tmp_path.glob('modules-*')))}.json"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(report), *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert report.exists(), done.stderr
+    doc = json.loads(report.read_text())
+    return doc["code"], set(doc["modules"]), done
+
+
+def imported(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """Which of ``names`` (or their submodules) are in ``modules``."""
+    return sorted(n for n in names if any(m == n or m.startswith(n + ".") for m in modules))
+
+
+@pytest.mark.parametrize("args", [["--help"], []], ids=["--help", "no arguments"])
+def test_help_imports_no_store_catalogue_or_server(tmp_path: Path, args: list[str]) -> None:
+    code, modules, done = run_cli(tmp_path, *args)
+    assert code in (0, 2), done.stderr  # no arguments: the help, exit 2 (typer's usage)
+    assert "gate" in done.stdout + done.stderr
+    assert imported(modules, NOT_FOR_HELP) == []
+
+
+def test_version_imports_nothing_heavy(tmp_path: Path) -> None:
+    code, modules, done = run_cli(tmp_path, "--version")
+    assert (code, done.stdout.startswith("envcheck ")) == (0, True)
+    assert imported(modules, NOT_FOR_HELP) == []
+
+
+def test_gate_on_a_store_at_head_reads_it_without_migrating(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'envcheck.db'}"
+    with open_store(url) as store:  # migrated here, once, as by the daemon or a check
+        seed(store)
+    env = {**os.environ, "ENVCHECK_DATABASE_URL": url}
+    code, modules, done = run_cli(tmp_path, "gate", "--suite", "train", "--json", env=env)
+    assert code == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert (answer["ok"], answer["allowed"]) == (True, ALLOWED["train"])
+    assert imported(modules, NEVER) == []
+    assert "sqlalchemy" in modules  # it did read the store
+
+
+def test_gate_on_a_new_store_still_migrates_it(tmp_path: Path) -> None:
+    env = {**os.environ, "ENVCHECK_DATABASE_URL": f"sqlite:///{tmp_path / 'new.db'}"}
+    code, modules, done = run_cli(tmp_path, "gate", "--suite", "train", env=env)
+    assert code == 2, done.stderr
+    assert "unknown suite 'train' (known: none yet: run envcheck check)" in done.stderr
+    assert "alembic" in modules  # the schema was created
+    code, modules, done = run_cli(tmp_path, "gate", "--suite", "train", env=env)
+    assert code == 2, done.stderr
+    assert "alembic" not in modules  # and is not migrated again
