@@ -406,7 +406,6 @@ def test_dependencies_verdict(env_id: str, deps_results: dict[str, ProbeResult])
         [evidence] = result.evidence
         assert evidence.exit_code == 0 and not evidence.timed_out
         assert result.image_digest is not None and result.image_digest.startswith("sha256:")
-        assert result.duration_s < 10
 
 
 @docker_test
@@ -459,8 +458,11 @@ def test_a_hanging_import_is_cut_at_the_step_timeout(deps_catalogue: Catalogue,
     assert (result.status, result.reason) == (Status.FAIL, Reason.IMPORT_BROKEN), result.summary
     assert result.details["diff"]["import_broken"] == [
         {"module": "hang", "error": "timed out after 3s"}]
+    # the step was cut at its timeout (exit 124), not the script at the exec timeout: it went
+    # on to the next import and finished
     assert result.details["imports"] == {"hang": "broken", "pytest": "ok"}
-    assert result.duration_s < 6
+    [evidence] = result.evidence
+    assert evidence.exit_code == 0 and not evidence.timed_out, evidence
 
 
 @docker_test
