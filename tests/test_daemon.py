@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -255,19 +254,20 @@ def test_sigterm_in_flight_finishes_and_records_every_result_once(daemons: Daemo
     d.wait("probes in flight, results recorded",
            lambda: bool(daemons.containers(d.tag, SLOW[0])) and len(d.rows()) >= 2)
     grace_s = 120.0  # DaemonConfig.grace_s
-    started = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
-    code = d.proc.wait(timeout=grace_s)
-    took = time.monotonic() - started
+    code = d.proc.wait(timeout=grace_s + 60)  # a hang guard: the logs below say which path
     d.stderr.close()
     assert code == 0, d.log.read_text()
-    assert took < 30, f"exited after {took:.1f} s"
     assert daemons.containers(d.tag) == [], "no container left behind"
 
     events = d.events()
     names = [e["event"] for e in events]
     stopping = names.index("daemon stopping")
     assert names[-1] == "daemon stopped"
+    # the work in flight finished within the grace period; nothing was left running
+    [stopped] = d.events("scheduler stopped")
+    assert stopped["still_running"] == 0, stopped
+    assert not d.events("probes still running after the grace period")
     slow_after = [i for i, e in enumerate(events) if e["event"] == "probe result"
                   and e["env"] == SLOW[0] and i > stopping]
     assert slow_after, "the slow probe in flight finished and was recorded after SIGTERM"
