@@ -204,6 +204,11 @@ def test_envcheck_dashboard_runs_from_the_wheel(served: str) -> None:
                 page.wait_for_selector(IDLE, timeout=60_000)
                 assert page.query_selector_all("[data-testid=stException]") == [], \
                     page.inner_text("[data-testid=stException]")
+                # an idle marker can show between two reruns: wait for the content itself
+                page.wait_for_function(
+                    """expected => document.querySelector('[data-testid=stApp]')
+                        .innerText.split(/\\s+/).join(' ').includes(expected)""",
+                    arg=expected, timeout=60_000)
                 text = " ".join(page.inner_text("[data-testid=stApp]").split())
                 assert expected in text, (path, text)
         finally:
