@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
 import socket
@@ -17,7 +18,7 @@ import pytest
 
 from envcheck.catalogue.models import Limits
 from envcheck.core.errors import EngineUnreachable, ImageMissing
-from envcheck.sandbox.base import CappedOutput, SandboxSpec
+from envcheck.sandbox.base import ENGINE_DEFAULT_CAPABILITIES, CappedOutput, SandboxSpec
 from envcheck.sandbox.docker import (
     LABEL_ENV,
     LABEL_MANAGED,
@@ -58,6 +59,31 @@ def test_container_is_hardened_and_labelled(sandbox: DockerSandbox) -> None:
     assert labels[LABEL_MANAGED] == "true"
     assert labels[LABEL_RUN] == "test-run"
     assert labels[LABEL_ENV] == "test-env"
+
+
+def _root_overwrites_a_read_only_file(sandbox: DockerSandbox) -> int | None:
+    script = ("mkdir -p /tmp/d && echo 1 > /tmp/d/f && chmod 0444 /tmp/d/f && chmod a-w /tmp/d"
+              " && echo 0 > /tmp/d/f && rm /tmp/d/f")
+    return sandbox.exec(["sh", "-c", script], user="root", timeout_s=10).exit_code
+
+
+def test_capabilities_are_added_back_only_when_asked(runtime: DockerRuntime) -> None:
+    """No capability by default: even root cannot write a file it made read-only. With the
+    engine's defaults (what Harbor's tasks run with) it can, as root can there."""
+    spec = SandboxSpec("test-env", IMAGE, "test-run", Limits(memory_mb=256, pids=64))
+    with runtime.sandbox(spec) as bare:
+        assert _root_overwrites_a_read_only_file(bare) != 0
+    with runtime.sandbox(dataclasses.replace(
+            spec, capabilities=ENGINE_DEFAULT_CAPABILITIES)) as granted:
+        assert _root_overwrites_a_read_only_file(granted) == 0
+        client = docker.from_env(timeout=10)
+        try:
+            host = client.api.inspect_container(granted.container_id)["HostConfig"]
+        finally:
+            client.close()
+        assert host["CapDrop"] == ["ALL"]
+        assert sorted(c.removeprefix("CAP_") for c in host["CapAdd"]) == sorted(
+            ENGINE_DEFAULT_CAPABILITIES)
 
 
 def test_the_sdk_exec_stream_still_has_the_private_attributes_we_read(

@@ -308,6 +308,7 @@ class DockerRuntime:
             "detach": True,
             "network_mode": spec.network,
             "cap_drop": ["ALL"],
+            **({"cap_add": list(spec.capabilities)} if spec.capabilities else {}),
             "security_opt": ["no-new-privileges:true"],
             "pids_limit": limits.pids,
             "mem_limit": f"{limits.memory_mb}m",
