@@ -344,3 +344,34 @@ def test_a_spec_without_controls_keeps_its_hash_and_declaring_them_changes_it() 
         update={"adversarial": Adversarial()})})
     assert controlled.spec_hash(ProbeKind.TESTS) != tests.spec_hash(ProbeKind.TESTS)
     assert controlled.spec_hash(ProbeKind.TERMINAL) == tests.spec_hash(ProbeKind.TERMINAL)
+
+
+# Every demo environment whose tests are valid, in every demo catalogue, and where its
+# controls are asserted: each declares them, and each refuses every trick.
+VALID_DEMOS = {
+    ("demo.yaml", "demo-healthy"): "test_the_demo_healthy_task_refuses_every_trick (here)",
+    ("demo-tests.yaml", "demo-tests-healthy"): "tests/test_tests_probe.py",
+    ("demo-tests.yaml", "demo-tests-healthy-script"): "tests/test_tests_probe.py",
+    ("demo-hacks.yaml", "demo-hacks-resistant"): "EXPECTED (here)",
+    ("demo-harbor.yaml", "hello-world"): "test_the_hardened_harbor_demo_refuses_every_trick",
+    ("demo-swebench.yaml", "envcheck-demo__pyutils-1"): "tests/test_swebench_dataset.py",
+    ("demo-swebench.yaml", "envcheck-demo__pyutils-5"): "tests/test_swebench_dataset.py",
+}
+
+
+def test_every_valid_demo_environment_declares_every_trick() -> None:
+    for (file, env_id) in VALID_DEMOS:
+        controls = load_catalogue([ROOT / "probes" / file]).environment(env_id).adversarial()
+        assert controls is not None, (file, env_id)
+        assert controls.names() == list(TRICK_NAMES), (file, env_id)
+
+
+@pytest.mark.docker
+def test_the_demo_healthy_task_refuses_every_trick(demo_catalogue: Catalogue,
+                                                   runtime: DockerRuntime) -> None:
+    [result] = run_cycle([demo_catalogue.environment("demo-healthy")], [ProbeKind.TESTS],
+                         runtime, new_run_id())
+    assert (result.status, result.reason) == (Status.PASS, Reason.OK), result.summary
+    info = result.details["adversarial"]
+    assert info["rewarded"] == [] and len(info["tricks"]) == len(TRICK_NAMES), info
+    assert all(t["verifier"].startswith("refused") for t in info["tricks"]), info["tricks"]
