@@ -42,6 +42,7 @@ from envcheck.cli.common import (
 )
 from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
+from envcheck.cli.store import store_app
 from envcheck.core.errors import ConfigError, StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.kind import ExecutorKind
@@ -511,6 +512,7 @@ def daemon(
 app.command()(gate)
 app.command()(dashboard)
 app.add_typer(quarantine_app, name="quarantine")
+app.add_typer(store_app, name="store")
 
 
 def main() -> None:
