@@ -312,6 +312,37 @@ def test_two_prunes_at_once_fold_each_result_once(store: Store, store_url: str) 
     assert scrape(store) == pytest.approx(metrics)
 
 
+def test_readers_during_a_prune_see_the_same_counts(store: Store, store_url: str) -> None:
+    """The heatmap and the digest history read in one snapshot: a prune committing batch
+    after batch meanwhile never shows a result twice or not at all."""
+    import threading
+
+    since, until = START - timedelta(days=1), NOW + timedelta(hours=1)
+
+    def read(reader: Store) -> tuple[list[Any], Any]:
+        return (sorted(reader.time_buckets(IDS, since, until, 3600), key=repr),
+                reader.digest_history("r-healthy"))
+
+    before = read(store)
+    reads: list[tuple[list[Any], Any]] = []
+    done = threading.Event()
+    with open_store(store_url) as reader:  # another connection pool, as another process
+        def keep_reading() -> None:
+            while not done.is_set():  # reads for as long as the prune runs, not a retry
+                reads.append(read(reader))
+
+        thread = threading.Thread(target=keep_reading)
+        thread.start()
+        try:
+            report = store.prune(Retention(batch=100), now=NOW)
+        finally:
+            done.set()
+            thread.join(timeout=60)
+    assert report.results_deleted > 30 * 100 and len(reads) > 3
+    assert all(r == before for r in reads)
+    assert read(store) == before
+
+
 def test_a_dry_run_counts_what_a_prune_does_and_changes_nothing(store: Store) -> None:
     total = raw_count(store)
     dry = store.prune(Retention(), now=NOW, dry_run=True)

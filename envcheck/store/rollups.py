@@ -75,23 +75,36 @@ class _Row:
     last_at: datetime
     durations: Histogram = field(default_factory=Histogram)
 
+    def merge(self, other: _Row) -> None:
+        self.first_at, self.last_at = min(self.first_at, other.first_at), max(self.last_at,
+                                                                               other.last_at)
+        d = other.durations
+        self.durations.merge(d.count, d.total_s, d.max_s, d.buckets)
+
 
 def fold(rows: Iterable[Any]) -> list[dict[str, Any]]:
     """The rollup rows (as values for :func:`add_rollups`) of results given as rows of
     :data:`FOLD_COLUMNS`: each result in its hour, its day and the total."""
-    rolled: dict[tuple[Any, ...], _Row] = {}
-    for r in rows:
-        digest = r.image_digest or ""
-        for period, start in ((RollupPeriod.HOUR, hour_start(r.started_at)),
-                              (RollupPeriod.DAY, day_start(r.started_at)),
-                              (RollupPeriod.TOTAL, EPOCH)):
-            key = (r.env_id, period.value, start, r.kind, digest, r.status, r.reason)
-            row = rolled.get(key)
-            if row is None:
-                row = rolled[key] = _Row(r.started_at, r.started_at)
+    hours: dict[tuple[Any, ...], _Row] = {}
+    for r in rows:  # each result once, into its hour; days and totals from the hours
+        key = (r.env_id, hour_start(r.started_at), r.kind, r.image_digest or "", r.status,
+               r.reason)
+        row = hours.get(key)
+        if row is None:
+            row = hours[key] = _Row(r.started_at, r.started_at)
+        else:
             row.first_at, row.last_at = min(row.first_at, r.started_at), max(row.last_at,
                                                                                r.started_at)
-            row.durations.add(float(r.duration_s))
+        row.durations.add(float(r.duration_s))
+    rolled: dict[tuple[Any, ...], _Row] = {}
+    for (env_id, hour, *rest), row in hours.items():
+        rolled[(env_id, RollupPeriod.HOUR.value, hour, *rest)] = row
+        for period, start in ((RollupPeriod.DAY, day_start(hour)), (RollupPeriod.TOTAL, EPOCH)):
+            key = (env_id, period.value, start, *rest)
+            target = rolled.get(key)
+            if target is None:
+                target = rolled[key] = _Row(row.first_at, row.last_at)
+            target.merge(row)
     return [{**dict(zip(ROLLUP_KEY, key, strict=True)), "count": row.durations.count,
              "duration_sum": row.durations.total_s, "duration_max": row.durations.max_s,
              "first_at": row.first_at, "last_at": row.last_at,

@@ -134,7 +134,7 @@ class EnvironmentViews(PageViews):
                   .where(ROLLUPS.c.env_id == env_id,
                          ROLLUPS.c.period == RollupPeriod.TOTAL.value)
                   .group_by(ROLLUPS.c.image_digest, ROLLUPS.c.kind))
-        with self._reading() as conn:
+        with self.snapshot() as conn:  # a prune running meanwhile: before or after, not half
             raw_rows, rolled_rows = conn.execute(raw).all(), conn.execute(rolled).all()
         spans: dict[str | None, _Span] = {}
 

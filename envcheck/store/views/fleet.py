@@ -190,7 +190,7 @@ class FleetViews(PageViews):
         if not env_ids:
             return []
         size = max(1, int(bucket_s))
-        with self._reading() as conn:
+        with self.snapshot() as conn:  # a prune running meanwhile: before or after, not half
             mark = hourly_from(conn)
             parts = [
                 (RESULTS.c.started_at, func.count(), (RESULTS.c.started_at >= since,
