@@ -584,3 +584,12 @@ def test_store_prune_without_a_store_is_one_line_and_exit_3(data_dir: Path) -> N
                     "postgresql://nobody:secret@127.0.0.1:1/none")
     assert done.returncode == 3
     assert len(done.stderr.strip().splitlines()) == 1 and "secret" not in done.stderr
+
+
+def test_the_daemon_refuses_a_bad_retention_before_it_starts(data_dir: Path) -> None:
+    from tests.conftest import DEMO
+
+    done = envcheck("daemon", str(DEMO), "--keep-passes", "7", "--keep-failures", "3")
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error retention: failures kept 3 days, less than passes (7)")
