@@ -24,6 +24,7 @@ from envcheck.feed.allowlist import allowlist
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.metrics import StoreCollector
 from envcheck.store import Store, open_store
+from envcheck.store.copy import copy_store
 from envcheck.store.core_tables import RESULTS, ROLLUPS, RUNS
 from envcheck.store.database import alembic_config, normalise_url
 from envcheck.store.feed import OBSERVATION_WINDOW
@@ -172,25 +173,8 @@ def store(store_url: str, history_db: Path) -> Iterator[Store]:
             yield opened
         return
     with open_store(store_url) as opened, open_store(f"sqlite:///{history_db}") as source:
-        copy_rows(source, opened)
+        assert copy_store(source, opened).verified
         yield opened
-
-
-SERIAL = ("probe_result", "transition", "incident", "data_source_shape", "notification")
-
-
-def copy_rows(source: Store, target: Store) -> None:
-    from sqlmodel import SQLModel
-
-    tables = [t for t in SQLModel.metadata.sorted_tables if t.name != "alembic_version"]
-    with source.engine.connect() as read, target.engine.begin() as write:
-        for table in tables:
-            rows = [dict(r._mapping) for r in read.execute(select(table))]
-            if rows:
-                write.execute(insert(table), rows)
-        for name in SERIAL:  # the sequences past the copied ids
-            write.execute(text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
-                               f"coalesce(max(id), 0) + 1, false) FROM {name}"))
 
 
 def raw_count(store: Store, **where: str) -> int:
@@ -386,6 +370,20 @@ def test_old_runs_without_results_go_and_runs_with_incidents_stay(store: Store) 
         orphans = conn.execute(select(func.count()).select_from(RESULTS).where(
             ~RESULTS.c.run_id.in_(select(RUNS.c.id)))).scalar_one()
     assert left == runs - report.runs_deleted and orphans == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_pruned_store_copies_to_postgresql_with_its_rollups(history_db: Path, tmp_path: Path,
+                                                              store_url: str) -> None:
+    path = tmp_path / "pruned.db"
+    path.write_bytes(history_db.read_bytes())
+    with open_store(f"sqlite:///{path}") as source, open_store(store_url) as target:
+        source.prune(Retention(hourly_days=5), now=NOW)
+        report = copy_store(source, target)
+        assert report.verified, report.problems()
+        assert folded_count(target) == folded_count(source) > 0
+        assert seen(target) == seen(source)
 
 
 # --- SQLite gives the pages back ------------------------------------------------------
