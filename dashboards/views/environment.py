@@ -80,6 +80,10 @@ columns[2].metric("Quarantined", view.quarantine.source if view.quarantine else 
 columns[3].metric("Probe kinds", len(view.kinds))
 st.markdown(f"**Why:** {explain(view.reason)}")
 st.caption(f"Assessed {ui.when(view.updated_at)}")
+if view.retired_at is not None:
+    st.info(f"**Retired** {ui.when(view.retired_at)}: it left the daemon's catalogue, so it is "
+            "in no allowlist, count or metric. Its history below stays; it comes back with it "
+            "if the catalogue names it again.", icon=":material/archive:")
 if (q := view.quarantine) is not None:
     links = ", ".join(f"[#{i}]({ui.env_url(view.env_id, [i])})" for i in q.evidence)
     st.error(f"**Quarantined** ({q.source}) by {q.actor} since "

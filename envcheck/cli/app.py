@@ -48,6 +48,7 @@ from envcheck.cli.common import (
 )
 from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
+from envcheck.cli.history import incidents, retired
 from envcheck.cli.store import store_app
 from envcheck.core.errors import ConfigError, StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
@@ -525,6 +526,8 @@ def daemon(
 
 
 app.command()(gate)
+app.command()(incidents)
+app.command()(retired)
 app.command()(dashboard)
 app.add_typer(quarantine_app, name="quarantine")
 app.add_typer(store_app, name="store")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, ColumnElement, Table, select
 from sqlmodel import SQLModel
 
 from envcheck.store.tables import (
@@ -25,7 +25,7 @@ from envcheck.store.tables import (
 )
 
 __all__ = ["ENVS", "INCIDENTS", "MARKS", "NOTIFICATIONS", "RESULTS", "ROLLUPS", "RUNS", "SHAPES",
-           "STATES", "SUITES", "TRANSITIONS", "WEBHOOKS", "columns"]
+           "STATES", "SUITES", "TRANSITIONS", "WEBHOOKS", "columns", "not_retired"]
 
 
 def _core(model: type[SQLModel]) -> Any:
@@ -45,6 +45,15 @@ WEBHOOKS = _core(WebhookRow)
 NOTIFICATIONS = _core(NotificationRow)
 MARKS = _core(RetentionMarkRow)
 ROLLUPS: Any = result_rollup
+
+
+def not_retired(env_id: Any) -> ColumnElement[bool]:
+    """``env_id`` (a column) is no retired environment's: what every reader of the current
+    fleet (allowlists, quarantine lists, counts, metrics) keeps to. A retired environment's
+    rows stay, for its history and its return."""
+    retired = select(ENVS.c.id).where(ENVS.c.retired_at.is_not(None))
+    condition: ColumnElement[bool] = env_id.not_in(retired)
+    return condition
 
 
 def columns(table: Any, record: type[SQLModel]) -> list[Column[Any]]:

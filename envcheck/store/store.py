@@ -106,7 +106,8 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetV
     # --- environments -------------------------------------------------------------------
 
     def sync_environments(self, envs: Iterable[Environment]) -> None:
-        """Upsert the catalogue's environments: first_seen is kept, the rest refreshed."""
+        """Upsert the catalogue's environments: first_seen is kept, the rest refreshed
+        (retirement and return are :meth:`retire_absent` and :meth:`reinstate`)."""
         now = datetime.now(UTC)
         values = [
             {

@@ -40,6 +40,8 @@ __all__ = [
     "DeliveryStatus",
     "EnvStateRow",
     "EnvironmentRow",
+    "Incident",
+    "IncidentFields",
     "IncidentRow",
     "NotificationRow",
     "ProbeResultRow",
@@ -47,6 +49,7 @@ __all__ = [
     "ResultFields",
     "ResultLine",
     "RetentionMarkRow",
+    "RetiredListing",
     "RollupPeriod",
     "RunState",
     "SuiteRow",
@@ -115,6 +118,9 @@ class EnvironmentRow(SQLModel, table=True):
     spec: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
     first_seen: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
     last_seen: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    # Set when the environment left the daemon's catalogue: it leaves allowlists, counts and
+    # metrics, keeps its history, and is cleared when the environment comes back.
+    retired_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class CheckRun(SQLModel, table=True):
@@ -234,6 +240,21 @@ class QuarantineListing(SQLModel):
         return {**self.model_dump(), "since": self.since.isoformat() if self.since else None}
 
 
+class RetiredListing(SQLModel):
+    """An environment that left the daemon's catalogue, as ``envcheck retired`` and the API
+    show it: when, and what it was when it left (its history stays readable)."""
+
+    model_config = _FROZEN
+
+    env_id: str
+    suite: str
+    image: str
+    retired_at: datetime
+    last_seen: datetime = Field(description="when a catalogue last held it")
+    state: str = Field(description="its health state when it left")
+    quarantined: bool
+
+
 class TransitionFields(SQLModel):
     """A change of state or quarantine, as every reader shows it (the API builds on it)."""
 
@@ -262,18 +283,36 @@ class TransitionRow(Transition, table=True):
     model_config = _WRITABLE
 
 
-class IncidentRow(SQLModel, table=True):
-    """A check cycle judged an infrastructure incident: its results move no state."""
+class IncidentFields(SQLModel):
+    """A check cycle judged an infrastructure incident, as every reader shows it (the API's
+    document builds on it): its results move no state."""
 
-    __tablename__ = "incident"
+    model_config = _FROZEN
+
+    at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    kind: str = Field(description="engine_unreachable or failure_storm")
+    failing: int = Field(description="probes that failed (or hit the engine's failure)")
+    total: int = Field(description="probes judged")
+    detail: str
+    # What the health model did not count: the cycle's results, and the failing ones among
+    # them (env_id, kind, status, reason; the first few), whose states stood still.
+    held_back: int = Field(0, description="results of the cycle kept out of the health model")
+    held_back_failures: list[dict[str, str]] = Field(
+        default_factory=list, sa_type=JSON,
+        description="the failing results among them (env_id, kind, status, reason), the "
+                    "first 50")
+
+
+class Incident(IncidentFields):
+    """A stored incident, known by its id and the check cycle (run) it happened in."""
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(foreign_key="check_run.id", index=True)
-    at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
-    kind: str
-    failing: int
-    total: int
-    detail: str
+
+
+class IncidentRow(Incident, table=True):
+    __tablename__ = "incident"
+    model_config = _WRITABLE
 
 
 class SuiteRow(SQLModel, table=True):

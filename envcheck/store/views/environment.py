@@ -38,6 +38,7 @@ class EnvironmentRecord:
     spec: dict[str, Any]
     first_seen: datetime
     last_seen: datetime
+    retired_at: datetime | None = None  # left the daemon's catalogue; its history stays
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class EnvironmentViews(PageViews):
         if row is None:
             return None
         return EnvironmentRecord(row.id, row.suite, row.image, dict(row.spec or {}),
-                                 row.first_seen, row.last_seen)
+                                 row.first_seen, row.last_seen, row.retired_at)
 
     def result_lines(self, env_id: str, kinds: Sequence[str] = (), limit: int = 200,
                      before_id: int | None = None) -> list[ResultLine]:

@@ -31,7 +31,7 @@ from sqlalchemy import (
 
 from envcheck.core.results import ProbeKind
 from envcheck.core.states import NEVER_CHECKED, EnvState
-from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS, RUNS, STATES, SUITES
+from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS, RUNS, STATES, SUITES, not_retired
 from envcheck.store.rollups import hourly_from
 from envcheck.store.tables import RollupPeriod
 from envcheck.store.views.common import Page, PageViews, clamp, like_pattern
@@ -101,6 +101,7 @@ class FleetViews(PageViews):
         quarantined = func.coalesce(STATES.c.quarantined, false())
         query = (select(ENVS.c.suite, state, quarantined, STATES.c.q_source, func.count())
                  .select_from(ENVS.outerjoin(STATES, STATES.c.env_id == ENVS.c.id))
+                 .where(ENVS.c.retired_at.is_(None))
                  .group_by(ENVS.c.suite, state, quarantined, STATES.c.q_source))
         with self._reading() as conn:
             groups = conn.execute(query).all()
@@ -131,7 +132,8 @@ class FleetViews(PageViews):
     def state_reasons(self) -> list[tuple[str, int]]:
         """Reason codes of environment states with how many environments have each, most
         frequent first (``terminal: tool_missing`` counts as ``tool_missing``)."""
-        query = (select(STATES.c.reason, func.count()).group_by(STATES.c.reason))
+        query = (select(STATES.c.reason, func.count()).where(not_retired(STATES.c.env_id))
+                 .group_by(STATES.c.reason))
         with self._reading() as conn:
             rows = conn.execute(query).all()
         codes: dict[str, int] = {}
@@ -145,7 +147,7 @@ class FleetViews(PageViews):
         """A page of environments matching ``where``, worst state first, then by id."""
         where = where or EnvFilter()
         state = func.coalesce(STATES.c.state, EnvState.UNKNOWN.value)
-        conditions: list[ColumnElement[bool]] = []
+        conditions: list[ColumnElement[bool]] = [ENVS.c.retired_at.is_(None)]
         if where.suites:
             conditions.append(ENVS.c.suite.in_(where.suites))
         if where.states:
