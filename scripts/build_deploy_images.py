@@ -18,32 +18,29 @@ nothing is fetched.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
 from build_images import (
     BASE_IMAGE,
-    BUILD_TIMEOUT_S,
     HASH_LABEL,
     REPO_ROOT,
     BuildFailedError,
+    build_all,
     build_context,
     content_hash,
     context_files,
     image_id,
     labelled,
-    remove_stale,
 )
-from docker.errors import DockerException
 
 ENVCHECK_IMAGE = "envcheck/envcheck:latest"
 STACK_IMAGE = "envcheck/stack:bookworm"
@@ -197,36 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(args.names) - {i.name for i in IMAGES}
     if unknown:
         parser.error(f"unknown image(s): {', '.join(sorted(unknown))}")
-    images = [i for i in IMAGES if not args.names or i.name in args.names]
-
-    started = time.monotonic()
-    try:
-        client = docker.from_env(timeout=BUILD_TIMEOUT_S)
-        client.ping()
-    except DockerException as exc:
-        print(f"build_deploy_images: Docker engine not reachable: {exc}", file=sys.stderr)
-        return 1
-    counts = {"built": 0, "up to date": 0}
-    stale: list[str] = []
-    try:
-        for image in images:
-            t0 = time.monotonic()
-            outcome, replaced = build(client, image, args.base, args.force)
-            counts[outcome] += 1
-            stale.extend([replaced] if replaced else [])
-            print(f"{image.tag:<26}  {outcome:<10}  {time.monotonic() - t0:5.1f} s", flush=True)
-    except BuildFailedError as exc:
-        print(f"build_deploy_images: FAILED: {exc}", file=sys.stderr)
-        return 1
-    except DockerException as exc:
-        print(f"build_deploy_images: FAILED: Docker engine error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        remove_stale(client, stale)
-        client.close()
-    print(f"deploy images: {len(images)} ({counts['built']} built, {counts['up to date']} up to "
-          f"date) in {time.monotonic() - started:.1f} s")
-    return 0
+    return build_all("build_deploy_images", "deploy images", [
+        (image.tag, functools.partial(build, image=image, base=args.base, force=args.force))
+        for image in IMAGES if not args.names or image.name in args.names])
 
 
 if __name__ == "__main__":

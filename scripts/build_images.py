@@ -14,12 +14,13 @@ The base image (``envcheck/base:bookworm``) comes from ``images/base/build.sh``.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,52 +205,63 @@ def select(names: Sequence[str]) -> list[DemoImage]:
     return [image for image in FLEET if image.name in names]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("names", nargs="*", help="build only these images (default: all)")
-    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    parser.add_argument("--base", default=BASE_IMAGE, help=f"base image (default {BASE_IMAGE})")
-    args = parser.parse_args(argv)
+BuildJob = Callable[[Any], tuple[str, str | None]]  # client -> (outcome, replaced image ID)
 
+
+def build_all(prog: str, what: str, jobs: Sequence[tuple[str, BuildJob]]) -> int:
+    """Run each (tag, job) in order on one engine client, a line per image and a summary;
+    images replaced by this run are removed at the end. The exit code: 0, or 1 on a failure."""
     started = time.monotonic()
     try:
-        images = select(args.names)
         client = docker.from_env(timeout=BUILD_TIMEOUT_S)
         client.ping()
-    except BuildFailedError as exc:
-        print(f"build_images: {exc}", file=sys.stderr)
-        return 2
     except DockerException as exc:
-        print(f"build_images: Docker engine not reachable: {exc}", file=sys.stderr)
+        print(f"{prog}: Docker engine not reachable: {exc}", file=sys.stderr)
         return 1
 
-    width = max(len(image.tag) for image in images)
+    width = max(len(tag) for tag, _ in jobs)
     counts = {"built": 0, "up to date": 0}
     stale: list[str] = []
     try:
-        for image in images:
+        for tag, job in jobs:
             t0 = time.monotonic()
-            outcome, replaced = build_one(client, image, args.base, args.force)
+            outcome, replaced = job(client)
             counts[outcome] += 1
             if replaced:
                 stale.append(replaced)
             elapsed = time.monotonic() - t0
-            print(f"{image.tag:<{width}}  {outcome:<10}  {elapsed:5.1f} s", flush=True)
+            print(f"{tag:<{width}}  {outcome:<10}  {elapsed:5.1f} s", flush=True)
     except BuildFailedError as exc:
-        print(f"build_images: FAILED: {exc}", file=sys.stderr)
+        print(f"{prog}: FAILED: {exc}", file=sys.stderr)
         return 1
     except DockerException as exc:
-        print(f"build_images: FAILED: Docker engine error: {exc}", file=sys.stderr)
+        print(f"{prog}: FAILED: Docker engine error: {exc}", file=sys.stderr)
         return 1
     finally:
         remove_stale(client, stale)
         client.close()
 
     print(
-        f"demo images: {len(images)} ({counts['built']} built, {counts['up to date']} up to date)"
+        f"{what}: {len(jobs)} ({counts['built']} built, {counts['up to date']} up to date)"
         f" in {time.monotonic() - started:.1f} s"
     )
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("names", nargs="*", help="build only these images (default: all)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--base", default=BASE_IMAGE, help=f"base image (default {BASE_IMAGE})")
+    args = parser.parse_args(argv)
+    try:
+        images = select(args.names)
+    except BuildFailedError as exc:
+        print(f"build_images: {exc}", file=sys.stderr)
+        return 2
+    return build_all("build_images", "demo images", [
+        (image.tag, functools.partial(build_one, image=image, base=args.base, force=args.force))
+        for image in images])
 
 
 if __name__ == "__main__":

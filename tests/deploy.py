@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from tests.conftest import ROOT
 from tests.test_alerts import samples
@@ -25,43 +26,28 @@ STACK_IMAGE = "envcheck/stack:bookworm"
 IMAGE_UID = 10001  # images/envcheck/Dockerfile's ENVCHECK_UID
 HTTP_TIMEOUT = (2, 5)
 
-CATALOGUE = """\
-version: 1
-suites:
-  {suite}:
-    description: envcheck deployment tests
-    defaults:
-      workdir: /workspace
-      user: agent
-      shell: /bin/bash
-      tools: [git, python3]
-      timeouts: {{ start_s: 15, shell_s: 2, exec_s: 30 }}
-      schedules:
-        terminal: 2s
-        dependencies: null
-        tests: null
-        datasource: 2s
-        jitter_s: 0
-        quarantined_factor: 1
-    environments:
-{environments}
-{sources}"""
-
-
 def write_catalogue(folder: Path, suite: str, envs: dict[str, str],
                     sources: dict[str, str] | None = None) -> Path:
-    """``folder/fleet.yaml``: the environments (id -> image) probed every 2 s; with
-    ``sources`` (id -> URL) every environment also calls each data source."""
+    """``folder/fleet.yaml``: the environments (id -> image) probed every 2 s, at the same
+    rate in quarantine; with ``sources`` (id -> URL) each also calls every data source."""
+    defaults = {
+        "workdir": "/workspace", "user": "agent", "shell": "/bin/bash",
+        "tools": ["git", "python3"], "timeouts": {"start_s": 15, "shell_s": 2, "exec_s": 30},
+        "schedules": {"terminal": "2s", "datasource": "2s", "dependencies": None,
+                      "tests": None, "jitter_s": 0, "quarantined_factor": 1},
+    }
+    environments = [{"id": env_id, "image": image,
+                     **({"data_sources": list(sources)} if sources else {})}
+                    for env_id, image in envs.items()]
+    doc: dict[str, Any] = {"version": 1, "suites": {suite: {
+        "description": "envcheck deployment tests", "defaults": defaults,
+        "environments": environments}}}
+    if sources:
+        doc["data_sources"] = [{"id": source_id, "url": url, "samples": 2}
+                               for source_id, url in sources.items()]
     folder.mkdir(parents=True, exist_ok=True)
-    uses = f"\n        data_sources: [{', '.join(sources)}]" if sources else ""
-    environments = "\n".join(f"      - id: {env_id}\n        image: {image}{uses}"
-                             for env_id, image in envs.items())
-    listed = "".join(f"  - {{id: {source_id}, url: '{url}', samples: 2}}\n"
-                     for source_id, url in (sources or {}).items())
     path = folder / "fleet.yaml"
-    path.write_text(CATALOGUE.format(suite=suite, environments=environments,
-                                     sources=f"data_sources:\n{listed}" if listed else ""),
-                    encoding="utf-8")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return path
 
 
