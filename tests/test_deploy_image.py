@@ -17,7 +17,9 @@ import docker
 import pytest
 import requests
 from sqlalchemy import text
+from typer.testing import CliRunner
 
+from envcheck.cli.app import app
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
 from envcheck.store import open_store
 from tests.conftest import SESSION_TAG
@@ -147,3 +149,16 @@ def test_the_image_probes_serves_and_stops_cleanly(tmp_path: Path, engine: Any,
             rows = conn.execute(text("SELECT state, count(*) FROM check_run GROUP BY state"))
             runs = {str(state): int(n) for state, n in rows}
     assert set(runs) == {"finished"}, f"every run closed by the clean stop: {runs}"
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("ENVCHECK_PORT", "eighty"), ("ENVCHECK_CONCURRENCY", "0"), ("ENVCHECK_WINDOW", "0.5")])
+def test_a_bad_setting_in_the_environment_is_named_and_refused(
+        tmp_path: Path, variable: str, value: str) -> None:
+    """The image and the unit configure the daemon by these variables: a bad one stops the
+    start with exit 2, naming the variable, before anything starts."""
+    catalogue = write_catalogue(tmp_path / "catalogue", "cli", {"x": "img/x:latest"})
+    run = CliRunner().invoke(app, ["daemon", str(catalogue)],
+                             env={variable: value, "COLUMNS": "300"})
+    assert run.exit_code == 2, run.output
+    assert f"(env var: '{variable}')" in run.output, run.output
