@@ -1,6 +1,7 @@
 """envcheck's own image (images/envcheck/) run as an operator runs it: on the host's engine
 (socket mounted, host network), configured by environment variables, a mounted catalogue
-folder and a token file, its data in a mounted folder. It drops to its unprivileged user,
+folder and a token file, its data in a mounted folder, the host's pids (so its start-up
+clean-up spares another envcheck's live sandbox). It drops to its unprivileged user,
 answers its healthcheck, probes demo environments, serves the API and /metrics, and on
 SIGTERM lets the probe in flight finish, removes its containers and exits 0."""
 
@@ -20,7 +21,8 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from envcheck.cli.app import app
-from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
+from envcheck.sandbox.base import SandboxSpec
+from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG, DockerRuntime
 from envcheck.store import open_store
 from tests.conftest import SESSION_TAG
 from tests.deploy import HTTP_TIMEOUT, IMAGE_UID, events, scrape, total, write_catalogue
@@ -53,6 +55,7 @@ def sandboxes(engine: Any, env_id: str | None = None) -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_the_image_probes_serves_and_stops_cleanly(tmp_path: Path, engine: Any,
+                                                   runtime: DockerRuntime,
                                                    deploy_images: tuple[str, str]) -> None:
     image, _ = deploy_images
     catalogue = tmp_path / "catalogue"
@@ -69,9 +72,12 @@ def test_the_image_probes_serves_and_stops_cleanly(tmp_path: Path, engine: Any,
     url = f"http://127.0.0.1:{port}"
 
     with contextlib.ExitStack() as cleanup:
+        # a sandbox of another envcheck process on this host (this one), in use throughout
+        held = cleanup.enter_context(runtime.sandbox(SandboxSpec(
+            env_id="held-by-the-host", image="envcheck-demo/healthy:latest", run_id="held")))
         container = engine.containers.run(
             image, detach=True, name=f"envcheck-image-test-{SESSION_TAG}",
-            network_mode="host",
+            network_mode="host", pid_mode="host",
             volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},
                      str(catalogue): {"bind": "/etc/envcheck/catalogue", "mode": "ro"},
                      str(data): {"bind": "/var/lib/envcheck", "mode": "rw"},
@@ -91,11 +97,14 @@ def test_the_image_probes_serves_and_stops_cleanly(tmp_path: Path, engine: Any,
                  what="the container's healthcheck to pass", details=logs)
         assert listening_addresses(port) == {"0100007F"}, "the API listens on 127.0.0.1 only"
 
+        # its start-up clean-up left the live host process's sandbox alone (--pid host)
+        assert held.container_id in runtime.containers(SESSION_TAG)
+
         # the daemon runs as the image's user, with no capabilities, beside the socket's group
-        [[uid, *_], *_] = [row for row in container.top(ps_args="-o uid,pid,args")["Processes"]
-                           if "envcheck daemon" in row[-1]]
+        [[uid, pid, *_]] = [row for row in container.top(ps_args="-o uid,pid,args")["Processes"]
+                            if "envcheck daemon" in row[-1]]
         assert int(uid) == IMAGE_UID
-        status = container.exec_run(["cat", "/proc/1/status"]).output.decode()
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
         assert re.search(r"^CapEff:\s+0+$", status, re.MULTILINE), status
         socket_gid = os.stat("/var/run/docker.sock").st_gid
         groups = re.search(r"^Groups:\s*(.*)$", status, re.MULTILINE)
@@ -130,7 +139,8 @@ def test_the_image_probes_serves_and_stops_cleanly(tmp_path: Path, engine: Any,
         container.stop(timeout=GRACE_S)
         container.reload()
         assert container.attrs["State"]["ExitCode"] == 0, logs()
-        assert sandboxes(engine) == [], "the daemon left containers behind"
+        assert {c.id for c in sandboxes(engine)} == {held.container_id}, \
+            "the daemon left containers behind"
         log = container.logs().decode(errors="replace")
         names = [e["event"] for e in events(log)]
         stopping = names.index("daemon stopping")

@@ -6,7 +6,9 @@ envcheck (its own image, PostgreSQL as its store) probes a demo environment whos
 broken; Prometheus, loading alerts.yaml, scrapes it and Alertmanager delivers the
 EnvironmentQuarantined alert to a webhook here; the image is "fixed" (retagged healthy) and
 the alert resolves. Every panel of the Grafana board is queried on that Prometheus and returns
-series. Stopping envcheck removes its sandboxes, and `down -v` leaves nothing of the project.
+series. A sandbox this test holds open stays untouched by envcheck's start-up clean-up (the
+service shares the host's pids). Stopping envcheck removes its sandboxes, and `down -v` leaves
+nothing of the project.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import psycopg
 import pytest
 import requests
 
-from envcheck.sandbox.docker import LABEL_TAG
+from envcheck.sandbox.base import SandboxSpec
+from envcheck.sandbox.docker import DockerRuntime
 from tests.conftest import ROOT, SESSION_TAG
 from tests.deploy import HTTP_TIMEOUT, scrape, total, write_catalogue
 from tests.grafana import board, expand, queries
@@ -109,7 +112,8 @@ def engine() -> Iterator[Any]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("flavour", ["v1", "v2"])
 def test_the_stack_alerts_end_to_end_and_leaves_nothing(
-        flavour: str, tmp_path: Path, engine: Any, deploy_images: tuple[str, str]) -> None:
+        flavour: str, tmp_path: Path, engine: Any, runtime: DockerRuntime,
+        deploy_images: tuple[str, str]) -> None:
     binary = compose_binary(flavour)
     flip = f"envcheck-stacktest/flip-{uuid.uuid4().hex[:10]}:latest"
     project = f"envcheck-test-{flavour}-{uuid.uuid4().hex[:8]}"
@@ -149,6 +153,9 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         cleanup.callback(lambda: engine.images.remove(flip, noprune=True))
         cleanup.callback(lambda: stack("down", "-v", "--remove-orphans", "-t", "150"))
 
+        # a sandbox of another envcheck process on this host (this one), in use throughout
+        held = cleanup.enter_context(runtime.sandbox(SandboxSpec(
+            env_id="held-by-the-host", image="envcheck-demo/healthy:latest", run_id="held")))
         stack.must("config", "-q")
         started = time.monotonic()
         stack.must("up", "-d")
@@ -161,6 +168,8 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         wait_for(lambda: container_of(engine, project, "envcheck").attrs["State"]
                  .get("Health", {}).get("Status") == "healthy", timeout_s=90,
                  what="envcheck healthy", details=stack.logs)
+        # its start-up clean-up left the live host process's sandbox alone (pid: host)
+        assert held.container_id in runtime.containers(SESSION_TAG)
 
         # 1. the broken image is quarantined; the alert reaches the webhook through the stack
         fired = wait_for(lambda: receiver.alerts("EnvironmentQuarantined", "st-flip", "firing"),
@@ -205,8 +214,7 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         daemon.reload()
         assert daemon.attrs["State"]["ExitCode"] == 0, stack.logs()
         assert "daemon stopped" in daemon.logs().decode(errors="replace")
-        assert engine.containers.list(all=True, filters={
-            "label": f"{LABEL_TAG}={SESSION_TAG}"}) == [], "sandboxes left behind"
+        assert runtime.containers(SESSION_TAG) == [held.container_id], "sandboxes left behind"
 
         # 5. down -v: nothing of the project remains
         stack.must("down", "-v", "--remove-orphans", "-t", "150")
