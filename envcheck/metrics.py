@@ -1,7 +1,8 @@
 """Prometheus metrics, read from the store at scrape time (DESIGN.md lesson 6).
 
 Probe counters and the duration histogram are folded in incrementally: each scrape reads only
-results newer than the last one it saw, so a scrape stays cheap on a store of millions.
+results newer than the last one it saw, so a scrape stays cheap on a store of millions; the
+results pruned before the collector started count from the store's rollups.
 Cardinality is bounded by the fleet: per-environment series carry (env, suite) and nothing
 that grows with time; everything else is per suite, kind, status or data source.
 
@@ -26,12 +27,13 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import func
+from sqlalchemy import Connection, func
 from sqlalchemy import select as sa_select
 
 from envcheck.core.numbers import percentile
 from envcheck.core.results import ProbeKind, Reason
-from envcheck.store.tables import EnvStateRow, IncidentRow, ProbeResultRow
+from envcheck.store.rollups import rollup_totals
+from envcheck.store.tables import DURATION_BOUNDS, EnvStateRow, IncidentRow, ProbeResultRow
 
 if TYPE_CHECKING:
     from envcheck.catalogue.models import Catalogue
@@ -53,6 +55,7 @@ class _Folded:
 
     def __init__(self) -> None:
         self.watermark = 0
+        self.seeded = False  # the rollups of pruned results added
         self.recent: set[int] = set()
         self.runs: dict[tuple[str, str, str], int] = defaultdict(int)
         self.seconds: dict[tuple[str, str], float] = defaultdict(float)
@@ -106,12 +109,39 @@ class StoreCollector(Collector):
         table: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
         f = self._folded
         start = max(f.watermark - _OVERLAP, 0)
+        # One view of the store for the pass: a prune moves results into the rollups in one
+        # transaction, so the first pass counts each pruned result once, from the rollups.
+        with self._store.snapshot() as conn:
+            if not f.seeded:
+                self._seed(conn, suite_of)
+            self._scan(conn, table, start, suite_of)
+        f.recent = {i for i in f.recent if i > f.watermark - _OVERLAP}
+
+    def _seed(self, conn: Connection, suite_of: dict[str, str]) -> None:
+        """Start from the results pruned before this collector started (their rollups)."""
+        f = self._folded
+        f.seeded = True
+        bounds = (*DURATION_BOUNDS, float("inf"))
+        for t in rollup_totals(conn):
+            suite = suite_of.get(t.env_id, "")
+            f.runs[(suite, t.kind, t.status)] += t.count
+            f.seconds[(suite, t.kind)] += t.duration_sum
+            f.dur_sum[t.kind] += t.duration_sum
+            counts = f.buckets[t.kind]
+            for i, bound in enumerate(BUCKETS):  # each of them is one of DURATION_BOUNDS
+                counts[i] += sum(n for b, n in zip(bounds, t.buckets, strict=True) if b <= bound)
+            key = (t.env_id, t.kind)
+            f.last_seen[key] = max(f.last_seen.get(key, t.last_at), t.last_at)
+            if t.status == "pass":
+                f.last_pass[key] = max(f.last_pass.get(key, t.last_at), t.last_at)
+
+    def _scan(self, conn: Connection, table: Any, start: int, suite_of: dict[str, str]) -> None:
+        f = self._folded
         while True:  # pages through new rows, not a retry
             query = (sa_select(table.c.id, table.c.env_id, table.c.kind, table.c.status,
                                table.c.duration_s, table.c.started_at)
                      .where(table.c.id > start).order_by(table.c.id).limit(_SCAN_BATCH))
-            with self._store.engine.connect() as conn:
-                rows = conn.execute(query).all()
+            rows = conn.execute(query).all()
             for rid, env_id, kind, status, duration, started_raw in rows:
                 if rid <= f.watermark and rid in f.recent:
                     continue
@@ -134,7 +164,6 @@ class StoreCollector(Collector):
             if len(rows) < _SCAN_BATCH:
                 break
             start = rows[-1][0]
-        f.recent = {i for i in f.recent if i > f.watermark - _OVERLAP}
 
     # --- collect ------------------------------------------------------------------------
 

@@ -31,13 +31,19 @@ from envcheck.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_USAGE,
+    KEEP,
     CataloguePaths,
     Database,
+    KeepDaily,
+    KeepFailures,
+    KeepHourly,
+    KeepPasses,
     config_error_exit,
     err,
     load_or_exit,
     open_store_or_exit,
     out,
+    retention_or_exit,
     store_url_or_exit,
 )
 from envcheck.cli.dashboard import dashboard
@@ -473,6 +479,13 @@ def daemon(
     external_url: Annotated[str | None, typer.Option(
         envvar="ENVCHECK_EXTERNAL_URL",
         help="this daemon's URL in alert links (default: http://HOST:PORT)")] = None,
+    prune_every: Annotated[float, typer.Option(
+        envvar="ENVCHECK_PRUNE_EVERY", min=0.0, metavar="SECONDS",
+        help="prune the store this often (0: never; see envcheck store prune)")] = 3600.0,
+    keep_passes: KeepPasses = KEEP.passes_days,
+    keep_failures: KeepFailures = KEEP.others_days,
+    keep_hourly: KeepHourly = KEEP.hourly_days,
+    keep_daily: KeepDaily = KEEP.daily_days,
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     import os
@@ -489,6 +502,7 @@ def daemon(
     # Every setting is checked here, before the engine, the store, the scheduler or the HTTP
     # port is touched: bad input exits 2 with one line each, and nothing has started.
     _load(paths)
+    retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
     try:  # read once, here: a missing secret stops the start, not the first alert
         hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
     except WebhookConfigError as exc:
@@ -506,7 +520,8 @@ def daemon(
                                                         ray_address=ray_address),
                           per_image=per_image, window_s=window,
                           database=store_url_or_exit(database),
-                          webhooks=hooks, external_url=external_url, api_token=token)
+                          webhooks=hooks, external_url=external_url, api_token=token,
+                          retention=retention, prune_every_s=prune_every)
     try:
         code = run_daemon(config)
     except StoreError as exc:

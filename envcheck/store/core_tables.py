@@ -17,13 +17,15 @@ from envcheck.store.tables import (
     IncidentRow,
     NotificationRow,
     ProbeResultRow,
+    RetentionMarkRow,
     SuiteRow,
     TransitionRow,
     WebhookRow,
+    result_rollup,
 )
 
-__all__ = ["ENVS", "INCIDENTS", "NOTIFICATIONS", "RESULTS", "RUNS", "SHAPES", "STATES", "SUITES",
-           "TRANSITIONS", "WEBHOOKS", "columns"]
+__all__ = ["ENVS", "INCIDENTS", "MARKS", "NOTIFICATIONS", "RESULTS", "ROLLUPS", "RUNS", "SHAPES",
+           "STATES", "SUITES", "TRANSITIONS", "WEBHOOKS", "columns"]
 
 
 def _core(model: type[SQLModel]) -> Any:
@@ -41,6 +43,8 @@ SHAPES = _core(DataSourceShapeRow)
 INCIDENTS = _core(IncidentRow)
 WEBHOOKS = _core(WebhookRow)
 NOTIFICATIONS = _core(NotificationRow)
+MARKS = _core(RetentionMarkRow)
+ROLLUPS: Any = result_rollup
 
 
 def columns(table: Any, record: type[SQLModel]) -> list[Column[Any]]:

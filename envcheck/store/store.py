@@ -32,6 +32,7 @@ from envcheck.store.database import (
 )
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
+from envcheck.store.prune import RetentionRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState, probe_result
 from envcheck.store.views.data_sources import SourceViews
@@ -85,8 +86,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store(FeedRecords, ShapeRecords, DeliveryRecords, FleetViews, EnvironmentViews,
-            QuarantineViews, SourceViews):
+class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetViews,
+            EnvironmentViews, QuarantineViews, SourceViews):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:
