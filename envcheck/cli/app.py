@@ -452,15 +452,20 @@ def accept_schema(
 @app.command()
 def daemon(
     paths: CataloguePaths,
-    host: Annotated[str, typer.Option(help="listen address of the HTTP port")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="API, /metrics, /healthz, /readyz")] = 8787,
-    concurrency: Annotated[int, typer.Option(min=1, max=256,
+    # Every option has a variable too: a container or a service unit configures the daemon
+    # by its environment (images/envcheck/, README "Deploy").
+    host: Annotated[str, typer.Option(envvar="ENVCHECK_HOST",
+                                      help="listen address of the HTTP port")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="ENVCHECK_PORT",
+                                      help="API, /metrics, /healthz, /readyz")] = 8787,
+    concurrency: Annotated[int, typer.Option(min=1, max=256, envvar="ENVCHECK_CONCURRENCY",
                                              help="sandboxes at once, in all")] = 2,
     executor: Executor = ExecutorKind.LOCAL,
     ray_address: RayAddress = None,
-    per_image: Annotated[int | None, typer.Option(min=1, help="sandboxes at once per image")
-                         ] = None,
-    window: Annotated[float, typer.Option(min=1.0, help="seconds per assessed window")] = 60.0,
+    per_image: Annotated[int | None, typer.Option(min=1, envvar="ENVCHECK_PER_IMAGE",
+                                                  help="sandboxes at once per image")] = None,
+    window: Annotated[float, typer.Option(min=1.0, envvar="ENVCHECK_WINDOW",
+                                          help="seconds per assessed window")] = 60.0,
     database: Database = None,
     log_level: Annotated[str, typer.Option(envvar="ENVCHECK_LOG_LEVEL")] = "info",
     webhooks_file: Annotated[Path | None, typer.Option(
@@ -470,6 +475,7 @@ def daemon(
         envvar="ENVCHECK_WEBHOOK", help="also alert this URL (repeatable); command lines are "
         "visible to all users: put URLs with tokens in --webhooks-file")] = None,
     webhook_format: Annotated[Literal["alertmanager", "slack"], typer.Option(
+        envvar="ENVCHECK_WEBHOOK_FORMAT",
         help="payload of the --webhook URLs")] = "alertmanager",
     external_url: Annotated[str | None, typer.Option(
         envvar="ENVCHECK_EXTERNAL_URL",
