@@ -17,14 +17,14 @@ else
   set -- envcheck "$@"
 fi
 
-# The clean-up of leftover sandboxes tells a live envcheck process from a dead one by its pid
-# on this host: in a PID namespace of its own, this daemon and the other envcheck processes
-# sharing the engine would take each other's sandboxes for leftovers and remove them.
+# The clean-up of leftover sandboxes tells a live envcheck process from a dead one by its pid,
+# within one PID namespace: in a namespace of its own, this daemon leaves the sandboxes of
+# envcheck processes elsewhere on the host (and they its own) until a day old.
 case "$$:$(cat /proc/1/comm 2>/dev/null)" in
   1:* | *:docker-init | *:tini | *:catatonit | *:dumb-init)
-    echo "envcheck-entrypoint: WARNING: this container has a PID namespace of its own: run it" \
-      "with --pid host (compose: pid: host) if any other envcheck uses this engine from this" \
-      "host, or each removes the other's sandboxes as leftovers" >&2 ;;
+    echo "envcheck-entrypoint: note: this container has a PID namespace of its own: sandboxes" \
+      "left by a killed envcheck elsewhere on this host are removed only once a day old;" \
+      "run it with --pid host (compose: pid: host) to remove them at once" >&2 ;;
 esac
 
 if [ "$(id -u)" = 0 ] && [ "${ENVCHECK_RUN_AS_ROOT:-0}" != 1 ]; then
