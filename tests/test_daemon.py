@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
+from envcheck.feed.allowlist import allowlist
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables import ProbeResultRow
@@ -266,12 +267,27 @@ def test_sighup_picks_up_added_and_removed_dataset_records(daemons: Daemons,
     d.wait("the added task's results", lambda: d.count("Demo__Task-2") >= 1, timeout=30)
     assert d.metrics()[("envcheck_scheduled_jobs", ())] == 3
 
-    write_records("Demo__Task-2")  # removed
+    write_records("Demo__Task-2")  # removed: retired, its history kept
     d.proc.send_signal(signal.SIGHUP)
     d.wait("the second reload", lambda: len(d.events("catalogue reloaded")) == 2)
     assert d.metrics()[("envcheck_scheduled_jobs", ())] == 2
     with d.store() as store:
         assert {"demo__task-1", "Demo__Task-2"} <= {e.id for e in store.environments()}
+        assert [r.env_id for r in store.retired()] == ["demo__task-1"]
+        assert "demo__task-1" not in {*allowlist(store, "daemon").allowed,
+                                      *allowlist(store, "daemon").excluded}
+        assert store.transitions("demo__task-1")[0].new_state == "retired"
+        assert store.latest_results(["demo__task-1"])  # its history stays
+    assert not [key for key in d.metrics() if ("env", "demo__task-1") in key[1]]
+
+    write_records("demo__task-1", "Demo__Task-2")  # back, with its history
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait("the third reload", lambda: len(d.events("catalogue reloaded")) == 3)
+    with d.store() as store:
+        assert store.retired() == []
+        assert store.transitions("demo__task-1")[0].old_state == "retired"
+        assert "demo__task-1" in {*allowlist(store, "daemon").allowed,
+                                  *allowlist(store, "daemon").excluded}
     assert d.stop() == 0
     assert problems(d) == []
 

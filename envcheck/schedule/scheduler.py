@@ -91,6 +91,11 @@ class Assessment(Protocol):
 
     def catch_up(self, envs: Sequence[Environment]) -> Sized: ...
 
+    def fleet(self, envs: Sequence[Environment]) -> Sized:
+        """``envs`` is the whole fleet now: retire the environments it no longer names,
+        bring back those it names again."""
+        ...
+
 
 @dataclass(eq=False)
 class Window:
@@ -223,6 +228,7 @@ class ProbeScheduler:
     def start(self) -> None:
         self._store.sync_suites(self._catalogue.suites)
         self._store.sync_environments(self._catalogue.environments)
+        self._fleet(self._catalogue)
         self._refresh_states()
         for env_id, kind, status, started_at in _latest_outcomes(self._store):
             key = (env_id, ProbeKind(kind))
@@ -297,6 +303,7 @@ class ProbeScheduler:
                 self._services = self._build_services(catalogue, self._store)
             self._store.sync_suites(catalogue.suites)
             self._store.sync_environments(changed, seen=[e for e in envs if e not in renewed])
+            self._fleet(catalogue)
             with self._lock:
                 self._envs = envs
             if self._stopping.is_set():
@@ -321,6 +328,12 @@ class ProbeScheduler:
         log.info("jobs reloaded", extra={"environments": len(catalogue.environments),
                                               "changed": len(changed),
                                               "jobs_added": added, "jobs_removed": removed})
+
+    def _fleet(self, catalogue: Catalogue) -> None:
+        moved = len(self._assessment.fleet(catalogue.environments))
+        if moved:
+            log.info("fleet changed: environments retired or back",
+                     extra={"transitions": moved})
 
     def _catch_up(self) -> None:
         """Assess the results a killed daemon (or an interrupted ``envcheck check``) left
