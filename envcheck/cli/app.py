@@ -466,6 +466,10 @@ def daemon(
     external_url: Annotated[str | None, typer.Option(
         envvar="ENVCHECK_EXTERNAL_URL",
         help="this daemon's URL in alert links (default: http://HOST:PORT)")] = None,
+    metrics_series: Annotated[Literal["environment", "suite"], typer.Option(
+        envvar="ENVCHECK_METRICS_SERIES", help="/metrics series per environment and per "
+        "suite, or per suite alone (a large fleet: alerts.yaml has per-suite variants)")
+    ] = "environment",
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     import os
@@ -499,7 +503,8 @@ def daemon(
                                                         ray_address=ray_address),
                           per_image=per_image, window_s=window,
                           database=store_url_or_exit(database),
-                          webhooks=hooks, external_url=external_url, api_token=token)
+                          webhooks=hooks, external_url=external_url, api_token=token,
+                          metrics_series=metrics_series)
     try:
         code = run_daemon(config)
     except StoreError as exc:
