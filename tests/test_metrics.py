@@ -17,17 +17,23 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 from sqlalchemy import delete, func, insert, select
 
 from envcheck.api.app import serve_in_thread
-from envcheck.catalogue.models import Environment
+from envcheck.catalogue.models import Catalogue, Environment, Suite
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.daemon import build_app
 from envcheck.feed.allowlist import allowlist
-from envcheck.feed.assess import evaluate, set_quarantine_by_id
+from envcheck.feed.assess import StoreAssessment, evaluate, set_quarantine_by_id
 from envcheck.metrics import StoreMetrics
 from envcheck.metrics.cursor import IdCursor
+from envcheck.metrics.fleet import FULL_CHECK_S
+from envcheck.metrics.text import sample_line
+from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from envcheck.store.core_tables import RESULTS, STATES
 from tests.test_api import QUARANTINED, T0, environments, seed
@@ -60,12 +66,21 @@ def by_env(samples: Samples, name: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+class Fixed(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 class Served:
     """The daemon's app over ``metrics``, on a free port of 127.0.0.1."""
 
     def __init__(self, store: Store, stack: contextlib.ExitStack, **kwargs: Any) -> None:
         self.store = store
-        self.metrics = StoreMetrics(store, now=lambda: NOW, **kwargs)
+        kwargs.setdefault("now", lambda: NOW)
+        self.metrics = StoreMetrics(store, **kwargs)
         app = build_app(store, None, None, self.metrics, None)  # type: ignore[arg-type]
         self.url = stack.enter_context(serve_in_thread(app))
         self.http = stack.enter_context(requests.Session())
@@ -124,6 +139,13 @@ def assert_suite_counts(samples: Samples, store: Store) -> None:
         assert manual == overview.quarantined_manual, suite
         assert samples["envcheck_suite_healthy_fraction"][(("suite", suite),)] == \
             pytest.approx(allowlist(store, suite).healthy_fraction)
+
+
+def store_suites(store: Store) -> list[Suite]:
+    """The stored suites, as a catalogue gives them (to sync them again)."""
+    return [Suite(id=s.id, description=s.description, allow_degraded=s.allow_degraded,
+                  environment_ids=tuple(store.suite_members(s.id)), file=s.file)
+            for s in store.suites()]
 
 
 def record(store: Store, env_id: str, status: Status, reason: Reason, at_min: float,
@@ -191,6 +213,7 @@ def test_catalogue_syncs_added_and_deleted_rows(serve: Callable[..., Served],
     served.scrape()
     # the catalogue moves an environment to another suite and adds one never probed
     moved = next(e for e in environments() if e.id == "train-ok-2")
+    store.sync_suites(store_suites(store))  # as the daemon and envcheck check sync
     store.sync_environments([moved.model_copy(update={"suite": "eval"}),
                              Environment(id="eval-new", image="fleet/eval-new:1", suite="eval")])
     after_sync = served.scrape()
@@ -249,6 +272,59 @@ def test_newest_tests_result_decides_reward_hacks(serve: Callable[..., Served],
     fixed = served.scrape()
     assert "envcheck_reward_hackable_tricks" not in fixed
     assert fixed["envcheck_reward_hackable_environments"] == {(): 0.0}
+
+
+def test_a_suite_change_alone_shows_within_the_full_check(store: Store,
+                                                          serve: Callable[..., Served]) -> None:
+    """No environment added and no suite synced: the environments table's scan, at most
+    FULL_CHECK_S apart, finds the move."""
+    clock = [NOW]
+    served = serve(now=lambda: clock[0])
+    served.scrape()
+    moved = next(e for e in environments() if e.id == "eval-ok")
+    store.sync_environments([moved.model_copy(update={"suite": "train"})])
+    assert shown_states(served.scrape())["eval-ok"]["suite"] == "eval"  # not yet
+    clock[0] += FULL_CHECK_S
+    after = served.scrape()
+    assert shown_states(after)["eval-ok"]["suite"] == "train"
+    assert_suite_counts(after, store)
+
+
+def test_staleness_follows_results_and_quarantines(store: Store,
+                                                  serve: Callable[..., Served]) -> None:
+    """Kept up to date from what moved, it reads as a fresh start over the same store would."""
+    catalogue = Catalogue(suites=(), environments=tuple(environments()), data_sources=(),
+                          files=())
+    scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
+                               assessment=StoreAssessment(store))
+    served = serve(scheduler=scheduler)
+    first = served.scrape()
+
+    def same_as_fresh() -> Samples:
+        now = served.scrape()
+        assert gauges(now) == gauges(serve(scheduler=scheduler).scrape())
+        return now
+
+    age = "envcheck_oldest_result_age_seconds"
+    interval = "envcheck_probe_interval_seconds"
+    passed = "envcheck_last_success_timestamp_seconds"
+    eval_terminal = (("kind", "terminal"), ("suite", "eval"))
+    # the stalest terminal result of eval is renewed: the age falls to the next stalest
+    stalest = min((e for e in environments() if e.suite == "eval"),
+                  key=lambda e: store.history(e.id, ProbeKind.TERMINAL, 1)[0].started_at)
+    record(store, stalest.id, Status.PASS, Reason.OK, 170)
+    renewed = same_as_fresh()
+    assert renewed[age][eval_terminal] < first[age][eval_terminal]
+    assert renewed[passed][eval_terminal] == (T0 + timedelta(minutes=170)).timestamp()
+    # eval's one quarantined environment is released: eval's longest interval shrinks
+    assert [e for e in QUARANTINED if e.startswith("eval")] == ["eval-broken"]
+    set_quarantine_by_id(store, "eval-broken", add=False, actor="alice", reason="fixed",
+                         now=T0 + timedelta(hours=2))
+    released = same_as_fresh()
+    assert released[interval][eval_terminal] < first[interval][eval_terminal]
+    set_quarantine_by_id(store, "eval-broken", add=True, actor="alice", reason="again",
+                         now=T0 + timedelta(hours=2))
+    assert same_as_fresh()[interval][eval_terminal] == first[interval][eval_terminal]
 
 
 # --- per-suite series alone -------------------------------------------------------------------
@@ -315,3 +391,15 @@ def test_id_cursor_reads_each_id_once_and_forgets_old_holes() -> None:
     assert cursor.holes == []
     assert cursor.take([13]) == []  # too late: given up on
     assert Counter(cursor.take([16, 16])) == Counter([16])
+
+
+def test_a_sample_line_reads_as_the_library_writes_it() -> None:
+    """Label values with a quote, a backslash or a newline (none of envcheck's ids has one)
+    are escaped as prometheus-client escapes them."""
+    labels = {"suite": 'a"b', "env": "c\\d\ne", "state": "healthy"}
+    family = GaugeMetricFamily("envcheck_environment_state", "help", labels=list(labels))
+    family.add_metric(list(labels.values()), 1.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed([family]))
+    written = generate_latest(registry).decode().splitlines()[-1] + "\n"
+    assert sample_line("envcheck_environment_state", labels, 1.0) == written

@@ -76,7 +76,7 @@ class StoreMetrics(Collector):
                  registry: CollectorRegistry | None = None) -> None:
         self._store, self._scheduler, self._now = store, scheduler, now
         self._lock = threading.RLock()  # one scrape at a time: they share what is held
-        self._fleet = FleetSeries(per_environment)
+        self._fleet = FleetSeries(per_environment, now)
         self._probes = ProbeSeries(store)
         self._staleness = Staleness()
         self._tricks = FamilyText("envcheck_reward_hackable_tricks", "gauge",
@@ -94,7 +94,7 @@ class StoreMetrics(Collector):
         """One scrape: the exposition in the text format."""
         with self._lock:
             head = generate_latest(self.registry)  # collect() below refreshes
-            return head + self._fleet.environment_text() + self._trick_text()
+            return b"".join([head, *self._fleet.environment_parts(), *self._trick_parts()])
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -113,11 +113,13 @@ class StoreMetrics(Collector):
 
     def _probe_families(self) -> Iterable[Metric]:
         yield from self._probes.counter_families()
+        scheduled, probes, fleet = self._scheduler is not None, self._probes, self._fleet
         if self._scheduler is not None:
             self._staleness.follow(self._scheduler.catalogue)
-        yield from self._staleness.families(
-            self._scheduler is not None, self._probes.last_seen, self._probes.last_pass,
-            self._fleet.suite_of, self._fleet.quarantined, self._fleet.version, self._now())
+        self._staleness.update(scheduled, probes.last_seen, probes.last_pass,
+                               probes.drain_touched(), fleet.suite_of, fleet.suites_version,
+                               fleet.quarantined, fleet.drain_flipped())
+        yield from self._staleness.families(scheduled, probes.last_seen, self._now())
 
     def _fleet_families(self, suites: Sequence[SuiteRef]) -> Iterable[Metric]:
         yield from self._fleet.suite_families(suites)
@@ -166,10 +168,10 @@ class StoreMetrics(Collector):
             per_suite.add_metric([suite], counts[suite])
         return fleet, per_suite
 
-    def _trick_text(self) -> bytes:
+    def _trick_parts(self) -> list[bytes]:
         """Which tricks cheat which environment: one series per environment and trick."""
         if not self.per_environment:
-            return b""
+            return []
         if self._tricks_at != self._probes.detail_version:
             hackable = self._probes.hackable()
             self._tricks.drop([e for e in self._tricks.held() if e not in hackable])
@@ -178,7 +180,7 @@ class StoreMetrics(Collector):
                     sample_line("envcheck_reward_hackable_tricks",
                                 {"env": env_id, "trick": trick}, 1.0) for trick in tricks))
             self._tricks_at = self._probes.detail_version
-        return self._tricks.text()
+        return self._tricks.parts()
 
     def _feed_families(self) -> Iterable[Metric]:
         incidents = CounterMetricFamily("envcheck_incidents",

@@ -3,10 +3,14 @@ changed, with the per-suite counts kept beside them.
 
 A state or quarantine changes only together with a transition row (``store/feed.py``), so a
 scrape reads the transitions after the last one it saw and the state rows of the
-environments they name. What moves without a transition is caught by two marks: the
-environments' (count, newest ``last_seen``), which every catalogue sync moves (an environment
-may have changed suite: everything is read again), and the number of state rows (a row first
-written without a transition, or deleted: their ids are compared).
+environments they name. What moves without a transition is caught by marks: the number of
+state rows (a row first written without a transition, or deleted: their ids are compared),
+and for the environments table, which a catalogue sync rewrites (an environment may have
+changed suite: then everything is read again), its row count and the newest suite sync each
+scrape, and its newest ``last_seen`` (a scan of the table) when those moved or every
+:data:`FULL_CHECK_S`. So a suite change that neither adds an environment nor comes with a
+suite sync shows within that time; one by ``envcheck daemon`` or ``envcheck check`` (which
+sync the suites too) at the next scrape after the sync committed.
 
 Series are labelled with the environment's suite as the catalogue last synced it (the
 environments table, which the allowlist reads too), or its state row's where it has none.
@@ -14,8 +18,9 @@ environments table, which the allowlist reads too), or its state row's where it 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import NamedTuple, Protocol
 
@@ -27,7 +32,9 @@ from envcheck.metrics.cursor import IdCursor
 from envcheck.metrics.text import FamilyText, sample_line
 from envcheck.store.views.metrics import StateMark
 
-__all__ = ["STATES", "FleetSeries", "FleetSource", "SuiteRef"]
+__all__ = ["FULL_CHECK_S", "STATES", "FleetSeries", "FleetSource", "SuiteRef"]
+
+FULL_CHECK_S = 30.0  # at most this long between scans of the environments table
 
 STATES = tuple(str(s) for s in EnvState)
 SOURCES = ("auto", "manual")
@@ -44,6 +51,7 @@ class FleetSource(Protocol):
     """The store's reads this module needs."""
 
     def environments_mark(self) -> tuple[int, datetime | None]: ...
+    def catalogue_mark(self) -> tuple[int, datetime | None]: ...
     def environment_suites(self) -> dict[str, str]: ...
     def generation(self) -> int: ...
     def transitions_after(self, after_id: int, also: Sequence[int] = ()
@@ -72,12 +80,17 @@ def _add(counter: Counter[tuple[str, str]], key: tuple[str, str], n: int) -> Non
 class FleetSeries:
     """Per environment (optional) and per suite: state and quarantine."""
 
-    def __init__(self, per_environment: bool = True) -> None:
+    def __init__(self, per_environment: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
         self.per_environment = per_environment
         self.suite_of: dict[str, str] = {}  # the environments table
+        self.suites_version = 0  # moves whenever suite_of is read again
         self.quarantined: set[str] = set()
-        self.version = 0  # moves whenever suite_of or quarantined does
-        self._mark: tuple[int, datetime | None] | None = None
+        self._flipped: set[str] = set()  # in or out of quarantine since last drained
+        self._clock = clock
+        self._mark: tuple[int, datetime | None] | None = None  # the environments table's
+        self._cheap_mark: tuple[int, datetime | None] | None = None
+        self._checked_at = float("-inf")
         self._cursor = IdCursor()
         self._shown: dict[str, _Shown] = {}
         # Per suite, of its members (the environments table, as the allowlist and the fleet
@@ -95,10 +108,13 @@ class FleetSeries:
     # --- refresh ---------------------------------------------------------------------------
 
     def refresh(self, store: FleetSource) -> None:
-        mark = store.environments_mark()
-        if mark != self._mark:
-            self._reload(store, mark)
-            return
+        cheap, now = store.catalogue_mark(), self._clock()
+        if cheap != self._cheap_mark or abs(now - self._checked_at) >= FULL_CHECK_S:
+            mark = store.environments_mark()
+            self._cheap_mark, self._checked_at = cheap, now
+            if mark != self._mark:
+                self._reload(store, mark)
+                return
         count = store.state_count()
         changed = {env_id for tid, env_id in
                    store.transitions_after(self._cursor.high, self._cursor.holes)
@@ -115,30 +131,37 @@ class FleetSeries:
                 self._put(m.env_id, m)
 
     def _reload(self, store: FleetSource, mark: tuple[int, datetime | None]) -> None:
-        """Everything again: at the first scrape and after a catalogue sync."""
-        cursor = IdCursor(store.generation())  # first: a transition after it is read again
+        """Everything again: at the first scrape and after a catalogue sync. The transitions
+        are passed over first: a state that changes meanwhile is read again next time."""
+        if self._mark is None:
+            self._cursor = IdCursor(store.generation())
+        else:  # the cursor goes on: its holes may still fill
+            for tid, _ in store.transitions_after(self._cursor.high, self._cursor.holes):
+                self._cursor.take([tid])
         self.suite_of = store.environment_suites()
         marks = {m.env_id: m for m in store.state_marks()}
-        self._mark, self._cursor = mark, cursor
+        self._mark = mark
         for env_id in self._shown.keys() - marks.keys():
-            self._put(env_id, None)
+            self._put(env_id, None, counted=False)
         for env_id, m in marks.items():
-            self._put(env_id, m)
+            self._put(env_id, m, counted=False)
         self._by_state, self._open, self._q = Counter(), Counter(), Counter()
         for env_id in self.suite_of:
             self._count(env_id, 1)
         self._members = Counter(self.suite_of.values())
-        self.version += 1
+        self.suites_version += 1
 
-    def _put(self, env_id: str, mark: StateMark | None) -> None:
-        """Show ``mark`` for ``env_id`` (None: it has no state row any more)."""
+    def _put(self, env_id: str, mark: StateMark | None, counted: bool = True) -> None:
+        """Show ``mark`` for ``env_id`` (None: it has no state row any more); ``counted``
+        False: the suites' counts are rebuilt after, not kept up."""
         old = self._shown.get(env_id)
         new = None if mark is None else _Shown(
             self.suite_of.get(env_id, mark.suite), mark.state, mark.quarantined,
             mark.q_source or "")
         if new == old:
             return
-        self._count(env_id, -1)
+        if counted:
+            self._count(env_id, -1)
         if new is None:
             del self._shown[env_id]
             self._state_text.drop([env_id])
@@ -152,13 +175,19 @@ class FleetSeries:
                 self._q_text.set(env_id, sample_line(
                     "envcheck_environment_quarantined", {**labels, "source": new.source},
                     1.0 if new.quarantined else 0.0))
-        self._count(env_id, 1)
+        if counted:
+            self._count(env_id, 1)
         if (old is not None and old.quarantined) != (new is not None and new.quarantined):
             if new is not None and new.quarantined:
                 self.quarantined.add(env_id)
             else:
                 self.quarantined.discard(env_id)
-            self.version += 1
+            self._flipped.add(env_id)
+
+    def drain_flipped(self) -> set[str]:
+        """The environments that went in or out of quarantine since the last call."""
+        flipped, self._flipped = self._flipped, set()
+        return flipped
 
     def _count(self, env_id: str, sign: int) -> None:
         """Count a member as it is shown now in its suite's counts (-1: take it out)."""
@@ -175,11 +204,11 @@ class FleetSeries:
 
     # --- families --------------------------------------------------------------------------
 
-    def environment_text(self) -> bytes:
-        """The per-environment families, as text (none when they are turned off)."""
+    def environment_parts(self) -> list[bytes]:
+        """The per-environment families' text, in pieces (none when they are turned off)."""
         if not self.per_environment:
-            return b""
-        return self._state_text.text() + self._q_text.text()
+            return []
+        return [*self._state_text.parts(), *self._q_text.parts()]
 
     def suite_families(self, suites: Sequence[SuiteRef]) -> Iterable[Metric]:
         known = sorted({s.id for s in suites} | {suite for suite, _ in self._by_state})

@@ -64,6 +64,7 @@ class ProbeSeries:
         self.dur_sum: dict[str, float] = defaultdict(float)
         self.last_seen: dict[tuple[str, str], float] = {}  # (env, kind) -> newest start
         self.last_pass: dict[tuple[str, str], float] = {}
+        self._touched: set[tuple[str, str]] = set()  # keys of the two above that moved
         self.newest: dict[str, dict[str, Newest]] = {kind: {} for kind in DETAILED}
         self.detail_version = 0  # moves whenever ``newest`` does
 
@@ -101,14 +102,21 @@ class ProbeSeries:
             key, at = (row.env_id, kind), row.started_at.timestamp()
             if at > self.last_seen.get(key, float("-inf")):
                 self.last_seen[key] = at
+                self._touched.add(key)
             if row.status == "pass" and at > self.last_pass.get(key, float("-inf")):
                 self.last_pass[key] = at
+                self._touched.add(key)
             if kind in self.newest and self._newer(row):
                 detailed.append(row)
         if detailed:
             details = store.result_details([row.id for row in detailed])
             for row in detailed:
                 self._offer(row, details.get(row.id, {}))
+
+    def drain_touched(self) -> set[tuple[str, str]]:
+        """The (environment, kind) whose newest result or pass moved since the last call."""
+        touched, self._touched = self._touched, set()
+        return touched
 
     def _newer(self, row: ResultTick) -> bool:
         held = self.newest[row.kind].get(row.env_id)

@@ -17,6 +17,8 @@ __all__ = ["FamilyText", "sample_line"]
 
 
 def _label_value(value: str) -> str:
+    if "\\" not in value and '"' not in value and "\n" not in value:
+        return value  # the usual case: ids and names need no escaping
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -27,24 +29,29 @@ def sample_line(name: str, labels: Mapping[str, str], value: float) -> str:
 
 
 class FamilyText:
-    """A family's lines by key (an environment id), rendered once, joined in key order."""
+    """A family's lines by key (an environment id), rendered once, kept in key order in
+    chunks: a changed line re-joins its chunk, an added or removed key all of them."""
+
+    CHUNK = 1_000  # keys per chunk
 
     def __init__(self, name: str, kind: str, documentation: str) -> None:
         help_text = documentation.replace("\\", r"\\").replace("\n", r"\n")
         self.name = name
-        self._header = f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
+        self._header = f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n".encode()
         self._lines: dict[str, str] = {}
-        self._order: list[str] | None = []  # None: keys were added or removed since
-        self._text: bytes | None = None  # None: a line changed since it was joined
+        self._chunk_of: dict[str, int] | None = {}  # None: keys were added or removed since
+        self._chunks: list[list[str]] = []  # keys, in order
+        self._texts: list[bytes | None] = []  # None: a line of the chunk changed since
 
     def set(self, key: str, line: str) -> None:
         old = self._lines.get(key)
         if old == line:
             return
-        if old is None:
-            self._order = None
         self._lines[key] = line
-        self._text = None
+        if old is None:
+            self._chunk_of = None
+        elif self._chunk_of is not None:
+            self._texts[self._chunk_of[key]] = None
 
     def held(self) -> list[str]:
         """The keys that have lines."""
@@ -53,12 +60,17 @@ class FamilyText:
     def drop(self, keys: Iterable[str]) -> None:
         for key in keys:
             if self._lines.pop(key, None) is not None:
-                self._order, self._text = None, None
+                self._chunk_of = None
 
-    def text(self) -> bytes:
-        if self._text is None:
-            if self._order is None:
-                self._order = sorted(self._lines)
-            lines = self._lines
-            self._text = (self._header + "".join([lines[k] for k in self._order])).encode()
-        return self._text
+    def parts(self) -> list[bytes]:
+        """The family's text, in pieces to join: its header and its chunks of lines."""
+        if self._chunk_of is None:
+            order = sorted(self._lines)
+            self._chunks = [order[i:i + self.CHUNK] for i in range(0, len(order), self.CHUNK)]
+            self._chunk_of = {key: i for i, keys in enumerate(self._chunks) for key in keys}
+            self._texts = [None] * len(self._chunks)
+        lines = self._lines
+        for i, text in enumerate(self._texts):
+            if text is None:
+                self._texts[i] = "".join([lines[key] for key in self._chunks[i]]).encode()
+        return [self._header, *(text for text in self._texts if text is not None)]

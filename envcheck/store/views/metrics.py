@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, func, or_, select
 
-from envcheck.store.core_tables import ENVS, INCIDENTS, RESULTS, STATES, TRANSITIONS
+from envcheck.store.core_tables import ENVS, INCIDENTS, RESULTS, STATES, SUITES, TRANSITIONS
 from envcheck.store.views.common import PageViews
 
 __all__ = ["MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
@@ -161,8 +161,17 @@ class MetricsViews(PageViews):
 
     # --- environments and incidents --------------------------------------------------------
 
+    def catalogue_mark(self) -> tuple[int, datetime | None]:
+        """(count of environments, newest suite sync): cheap, moved by most catalogue
+        syncs (the daemon's and ``envcheck check`` sync the suites too)."""
+        with self._reading() as conn:
+            count = conn.execute(select(func.count()).select_from(ENVS)).scalar_one()
+            newest = conn.execute(select(func.max(SUITES.c.updated_at))).scalar()
+        return int(count), newest
+
     def environments_mark(self) -> tuple[int, datetime | None]:
-        """(count, newest ``last_seen``) of the environments: every catalogue sync moves it."""
+        """(count, newest ``last_seen``) of the environments: every catalogue sync moves it,
+        at the cost of a scan of the table."""
         query = select(func.count(), func.max(ENVS.c.last_seen))
         with self._reading() as conn:
             count, newest = conn.execute(query).one()
