@@ -44,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, git_head, host, proc_stat_fields, proc_status_kib
+from common import ROOT, git_head, host, proc_stat_fields, proc_status_kib, scratch_dir
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = {10_000: 0.1, 100_000: 1.0}  # CPU-seconds per scrape
@@ -309,20 +309,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="envcheck-bench-metrics-"))
     results: dict[int, dict[str, Any]] = {}
     try:
-        with exported(args.baseline_commit) as baseline:
+        with (scratch_dir("envcheck-bench-metrics-", args.keep) as root,
+              exported(args.baseline_commit) as baseline):
             for n in args.sizes:
                 results[n] = run_size(n, args, baseline, root)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     report(results, args)
     if args.json:
         args.json.write_text(json.dumps({

@@ -24,10 +24,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from envcheck.core.numbers import percentile
-from envcheck.metrics.fleet import FleetSeries, SuiteRef
+from envcheck.metrics.fleet import FleetSeries
 from envcheck.metrics.probes import ProbeSeries
 from envcheck.metrics.staleness import Staleness
 from envcheck.metrics.text import FamilyText, sample_line
+from envcheck.store.tables import SuiteRow
 
 if TYPE_CHECKING:
     from envcheck.catalogue.models import Catalogue
@@ -121,7 +122,7 @@ class StoreMetrics(Collector):
                                fleet.quarantined, fleet.drain_flipped())
         yield from self._staleness.families(scheduled, probes.last_seen, self._now())
 
-    def _fleet_families(self, suites: Sequence[SuiteRef]) -> Iterable[Metric]:
+    def _fleet_families(self, suites: Sequence[SuiteRow]) -> Iterable[Metric]:
         yield from self._fleet.suite_families(suites)
         mode = GaugeMetricFamily("envcheck_metrics_per_environment",
                                  "1 while per-environment series are exported; 0 with "

@@ -30,21 +30,15 @@ from envcheck.core.states import EnvState
 from envcheck.health.quarantine import allowed_count
 from envcheck.metrics.cursor import IdCursor
 from envcheck.metrics.text import FamilyText, sample_line
+from envcheck.store.tables import SuiteRow
 from envcheck.store.views.metrics import StateMark
 
-__all__ = ["FULL_CHECK_S", "STATES", "FleetSeries", "FleetSource", "SuiteRef"]
+__all__ = ["FULL_CHECK_S", "STATES", "FleetSeries", "FleetSource"]
 
 FULL_CHECK_S = 30.0  # at most this long between scans of the environments table
 
 STATES = tuple(str(s) for s in EnvState)
 SOURCES = ("auto", "manual")
-
-
-class SuiteRef(Protocol):
-    @property
-    def id(self) -> str: ...
-    @property
-    def allow_degraded(self) -> bool: ...
 
 
 class FleetSource(Protocol):
@@ -210,10 +204,11 @@ class FleetSeries:
             return []
         return [*self._state_text.parts(), *self._q_text.parts()]
 
-    def suite_families(self, suites: Sequence[SuiteRef]) -> Iterable[Metric]:
+    def suite_families(self, suites: Sequence[SuiteRow]) -> Iterable[Metric]:
         known = sorted({s.id for s in suites} | {suite for suite, _ in self._by_state})
-        counts = GaugeMetricFamily("envcheck_suite_environments", "Environments by state",
-                                   labels=["suite", "state"])
+        counts = GaugeMetricFamily("envcheck_suite_environments",
+                                   "Environments of the suite by state (unknown: never "
+                                   "assessed too)", labels=["suite", "state"])
         quarantined = GaugeMetricFamily("envcheck_suite_quarantined",
                                         "Quarantined environments", labels=["suite"])
         by_source = GaugeMetricFamily(
