@@ -34,6 +34,10 @@ class IdCursor:
         self._holes = {i: at for i, at in self._holes.items() if now - at < self._hold_s}
         return sorted(self._holes)
 
+    def unread(self, row_id: int) -> bool:
+        """Whether :meth:`take` would find ``row_id`` new."""
+        return row_id in self._holes or row_id > self.high
+
     def take(self, ids: Iterable[int]) -> list[int]:
         """Of ``ids`` (read in ascending order), those not read before."""
         fresh: list[int] = []

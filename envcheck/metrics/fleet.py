@@ -102,39 +102,44 @@ class FleetSeries:
     # --- refresh ---------------------------------------------------------------------------
 
     def refresh(self, store: FleetSource) -> None:
+        """Reads first, then applies: a read that fails leaves nothing half applied."""
         cheap, now = store.catalogue_mark(), self._clock()
         if cheap != self._cheap_mark or abs(now - self._checked_at) >= FULL_CHECK_S:
             mark = store.environments_mark()
-            self._cheap_mark, self._checked_at = cheap, now
-            if mark != self._mark:
+            moved = mark != self._mark
+            if moved:
                 self._reload(store, mark)
+            self._cheap_mark, self._checked_at = cheap, now
+            if moved:
                 return
         count = store.state_count()
-        changed = {env_id for tid, env_id in
-                   store.transitions_after(self._cursor.high, self._cursor.holes)
-                   if self._cursor.take([tid])}
-        if changed:
-            marks = {m.env_id: m for m in store.state_marks(sorted(changed))}
-            for env_id in changed:
-                self._put(env_id, marks.get(env_id))
+        rows = store.transitions_after(self._cursor.high, self._cursor.holes)
+        changed = sorted({env_id for tid, env_id in rows if self._cursor.unread(tid)})
+        marks = {m.env_id: m for m in store.state_marks(changed)} if changed else {}
+        self._cursor.take(tid for tid, _ in rows)
+        for env_id in changed:
+            self._put(env_id, marks.get(env_id))
         if count != len(self._shown):
             ids = store.state_ids()
+            added = store.state_marks(sorted(ids - self._shown.keys()))
             for env_id in self._shown.keys() - ids:
                 self._put(env_id, None)
-            for m in store.state_marks(sorted(ids - self._shown.keys())):
+            for m in added:
                 self._put(m.env_id, m)
 
     def _reload(self, store: FleetSource, mark: tuple[int, datetime | None]) -> None:
         """Everything again: at the first scrape and after a catalogue sync. The transitions
         are passed over first: a state that changes meanwhile is read again next time."""
         if self._mark is None:
-            self._cursor = IdCursor(store.generation())
+            generation, rows = store.generation(), []
         else:  # the cursor goes on: its holes may still fill
-            for tid, _ in store.transitions_after(self._cursor.high, self._cursor.holes):
-                self._cursor.take([tid])
-        self.suite_of = store.environment_suites()
+            generation, rows = 0, store.transitions_after(self._cursor.high, self._cursor.holes)
+        suite_of = store.environment_suites()
         marks = {m.env_id: m for m in store.state_marks()}
-        self._mark = mark
+        if self._mark is None:
+            self._cursor = IdCursor(generation)
+        self._cursor.take(tid for tid, _ in rows)
+        self.suite_of, self._mark = suite_of, mark
         for env_id in self._shown.keys() - marks.keys():
             self._put(env_id, None, counted=False)
         for env_id, m in marks.items():

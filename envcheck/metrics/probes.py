@@ -69,30 +69,34 @@ class ProbeSeries:
         self.detail_version = 0  # moves whenever ``newest`` does
 
     def refresh(self, store: ResultSource, suite_of: dict[str, str]) -> None:
+        """Reads first, then folds: a read that fails leaves nothing half counted."""
         if not self._loaded:
             self._load(store)
         also = self._cursor.holes
         while True:  # pages through what is new, not a retry
             rows = store.result_ticks(self._cursor.high, _PAGE, also)
-            fresh = set(self._cursor.take(row.id for row in rows))
-            self._fold([row for row in rows if row.id in fresh], store, suite_of)
+            fresh = [row for row in rows if self._cursor.unread(row.id)]
+            wanted = [row.id for row in fresh if row.kind in self.newest and self._newer(row)]
+            details = store.result_details(wanted) if wanted else {}
+            self._cursor.take(row.id for row in rows)
+            self._fold(fresh, details, suite_of)
             if len(rows) < _PAGE:
                 break
             also = []
 
     def _load(self, store: ResultSource) -> None:
         """The newest results as stored: once, at the first scrape."""
-        for t in store.touched():
+        touched, newest = store.touched(), store.newest_results(DETAILED)
+        for t in touched:
             self.last_seen[(t.env_id, t.kind)] = t.newest_at.timestamp()
             if t.pass_at is not None:
                 self.last_pass[(t.env_id, t.kind)] = t.pass_at.timestamp()
-        for n in store.newest_results(DETAILED):
+        for n in newest:
             self._offer(n.tick, n.details)
         self._loaded = True
 
-    def _fold(self, rows: list[ResultTick], store: ResultSource,
+    def _fold(self, rows: list[ResultTick], details: dict[int, dict[str, Any]],
               suite_of: dict[str, str]) -> None:
-        detailed: list[ResultTick] = []
         for row in rows:
             suite, kind, duration = suite_of.get(row.env_id, ""), row.kind, row.duration_s
             self.runs[(suite, kind, row.status)] += 1
@@ -106,12 +110,8 @@ class ProbeSeries:
             if row.status == "pass" and at > self.last_pass.get(key, float("-inf")):
                 self.last_pass[key] = at
                 self._touched.add(key)
-            if kind in self.newest and self._newer(row):
-                detailed.append(row)
-        if detailed:
-            details = store.result_details([row.id for row in detailed])
-            for row in detailed:
-                self._offer(row, details.get(row.id, {}))
+            if row.id in details:
+                self._offer(row, details[row.id])
 
     def drain_touched(self) -> set[tuple[str, str]]:
         """The (environment, kind) whose newest result or pass moved since the last call."""
