@@ -327,6 +327,29 @@ def test_staleness_follows_results_and_quarantines(store: Store,
     assert same_as_fresh()[interval][eval_terminal] == first[interval][eval_terminal]
 
 
+def test_data_sources_follow_their_newest_probe(serve: Callable[..., Served],
+                                                store: Store) -> None:
+    served = serve()
+    served.scrape()
+
+    def probed(env_id: str, minute: float, status: str, reason: Reason) -> None:
+        info = {"status": status, "reason": str(reason), "availability": 0.5,
+                "latency_ms": {"p50": 20.0, "p95": 40.0, "max": 80.0}}
+        record(store, env_id, Status.PASS if status == "pass" else Status.FAIL, reason, minute,
+               ProbeKind.DATASOURCE, {"sources": {"weather": info}})
+
+    probed("train-ok-1", 60, "fail", Reason.SCHEMA_DRIFT)
+    drifted = served.scrape()
+    assert drifted["envcheck_datasource_schema_drift"] == {(("source", "weather"),): 1.0}
+    assert drifted["envcheck_datasource_latency_seconds"][
+        (("source", "weather"), ("stat", "p95"))] == 0.04
+    probed("eval-ok", 61, "pass", Reason.OK)  # another environment probes it later
+    recovered = served.scrape()
+    assert recovered["envcheck_datasource_schema_drift"] == {(("source", "weather"),): 0.0}
+    assert recovered["envcheck_datasource_up"] == {(("source", "weather"),): 1.0}
+    assert gauges(serve().scrape()) == gauges(recovered)
+
+
 # --- per-suite series alone -------------------------------------------------------------------
 
 

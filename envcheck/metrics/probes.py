@@ -67,6 +67,8 @@ class ProbeSeries:
         self._touched: set[tuple[str, str]] = set()  # keys of the two above that moved
         self.newest: dict[str, dict[str, Newest]] = {kind: {} for kind in DETAILED}
         self.detail_version = 0  # moves whenever ``newest`` does
+        self._derived_at = -1
+        self._derived_cache: tuple[dict[str, list[str]], dict[str, dict[str, Any]]] = ({}, {})
 
     def refresh(self, store: ResultSource, suite_of: dict[str, str]) -> None:
         """Reads first, then folds: a read that fails leaves nothing half counted."""
@@ -153,16 +155,24 @@ class ProbeSeries:
 
     def hackable(self) -> dict[str, list[str]]:
         """Environments whose newest tests result is reward_hackable, with the tricks."""
-        return {env_id: [str(t) for t in
-                         (n.details.get("adversarial") or {}).get("rewarded", [])]
-                for env_id, n in self.newest[str(ProbeKind.TESTS)].items()
-                if n.reason == Reason.REWARD_HACKABLE}
+        return self._derived()[0]
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """Each data source as the newest datasource result that probed it saw it."""
-        latest: dict[str, tuple[tuple[float, int], dict[str, Any]]] = {}
-        for n in self.newest[str(ProbeKind.DATASOURCE)].values():
-            for source_id, info in (n.details.get("sources") or {}).items():
-                if source_id not in latest or n.order > latest[source_id][0]:
-                    latest[source_id] = (n.order, info)
-        return {source_id: info for source_id, (_, info) in latest.items()}
+        return self._derived()[1]
+
+    def _derived(self) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+        """:meth:`hackable` and :meth:`sources`, read again only when a newest result moved."""
+        if self._derived_at != self.detail_version:
+            hackable = {env_id: [str(t) for t in
+                                 (n.details.get("adversarial") or {}).get("rewarded", [])]
+                        for env_id, n in self.newest[str(ProbeKind.TESTS)].items()
+                        if n.reason == Reason.REWARD_HACKABLE}
+            latest: dict[str, tuple[tuple[float, int], dict[str, Any]]] = {}
+            for n in self.newest[str(ProbeKind.DATASOURCE)].values():
+                for source_id, info in (n.details.get("sources") or {}).items():
+                    if source_id not in latest or n.order > latest[source_id][0]:
+                        latest[source_id] = (n.order, info)
+            self._derived_cache = (hackable, {k: info for k, (_, info) in latest.items()})
+            self._derived_at = self.detail_version
+        return self._derived_cache
