@@ -5,12 +5,15 @@ folder is then on ``sys.path`` and ``from common import ...`` finds this module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from envcheck.catalogue.models import Environment
@@ -18,7 +21,7 @@ from envcheck.core.numbers import percentile
 from envcheck.sandbox.docker import LABEL_MANAGED, LABEL_RUN
 
 __all__ = ["ROOT", "docker_run_hardened", "free_port", "git_head", "host", "median",
-           "percentile", "proc_stat_fields", "proc_status_kib"]
+           "percentile", "proc_stat_fields", "proc_status_kib", "scratch_dir"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,6 +47,19 @@ def proc_stat_fields(pid: int | str = "self") -> list[str]:
     index 11, stime 12, threads 17, start time 19."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         return f.read().rsplit(")", 1)[1].split()
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A work directory for one run, removed after it unless ``keep`` (then said where)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    finally:
+        if keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def free_port() -> int:

@@ -33,7 +33,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from common import free_port, host, proc_stat_fields, proc_status_kib
+from common import free_port, host, proc_stat_fields, proc_status_kib, scratch_dir
 from sqlalchemy import insert
 
 from envcheck.catalogue.loader import load_catalogue
@@ -322,19 +321,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="envcheck-bench-daemon-"))
     results: dict[str, dict[str, Any]] = {}
     try:
-        for name, n in (("empty", 1), ("fleet", args.envs)):
-            results[name] = measure(name, n, args, root)
+        with scratch_dir("envcheck-bench-daemon-", args.keep) as root:
+            for name, n in (("empty", 1), ("fleet", args.envs)):
+                results[name] = measure(name, n, args, root)
     except (RuntimeError, OSError, requests.RequestException) as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            subprocess.run(["rm", "-rf", str(root)], check=False, timeout=120)
     report(results)
     if args.json:
         args.json.write_text(json.dumps({"host": host(platform=platform.platform()),

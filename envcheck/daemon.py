@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, Literal
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
@@ -40,6 +41,9 @@ from envcheck.notify.config import WebhookConfig
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
 from envcheck.store.retention import Retention
+
+if TYPE_CHECKING:
+    from envcheck.metrics import StoreMetrics
 
 __all__ = ["DaemonConfig", "build_app", "run_daemon"]
 
@@ -66,19 +70,21 @@ class DaemonConfig:
     store_flush_s: float = 10.0  # at shutdown, results the store refused wait this long more
     retention: Retention = field(default_factory=Retention)
     prune_every_s: float = 3600.0  # 0: never (prune by hand, `envcheck store prune`)
+    # /metrics: series per environment and per suite, or per suite alone (a large fleet)
+    metrics_series: Literal["environment", "suite"] = "environment"
     # enables the API's mutations; read and checked by the CLI before anything starts
     api_token: str | None = field(default=None, repr=False)  # a secret: never in a repr
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
-              registry: CollectorRegistry, token: str | None) -> FastAPI:
+              metrics: StoreMetrics, token: str | None) -> FastAPI:
     from envcheck.api.app import create_app
 
     app = create_app(store, token)
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    def scrape() -> PlainTextResponse:
+        return PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -113,7 +119,7 @@ def run_daemon(config: DaemonConfig) -> int:
     """Run until stopped. ``config`` is already checked (the CLI does it before calling):
     nothing here refuses a setting after the engine or the scheduler has started."""
     from envcheck.api.app import serve
-    from envcheck.metrics import build_registry
+    from envcheck.metrics import StoreMetrics
     from envcheck.notify.notifier import Notifier
     from envcheck.store import open_store
 
@@ -134,7 +140,9 @@ def run_daemon(config: DaemonConfig) -> int:
                                per_image=config.per_image, window_s=config.window_s,
                                services=build_services, assessment=StoreAssessment(store),
                                on_cycle=notifier.wake if notifier is not None else None)
-    registry = build_registry(store, scheduler)
+    # before the scheduler starts: the probe counters count from here
+    metrics = StoreMetrics(store, scheduler,
+                           per_environment=config.metrics_series == "environment")
     _install_reload(config.catalogue, scheduler, store)
     if notifier is not None:
         notifier.start()
@@ -151,7 +159,7 @@ def run_daemon(config: DaemonConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _note_signal)
     try:
-        serve(build_app(store, scheduler, executor, registry, config.api_token),
+        serve(build_app(store, scheduler, executor, metrics, config.api_token),
               host=config.host, port=config.port)
     finally:
         log.info("daemon stopping")

@@ -20,7 +20,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,14 +29,13 @@ import docker
 import pytest
 import requests
 import yaml
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.assess import StoreAssessment, evaluate
-from envcheck.metrics import StoreCollector
+from envcheck.metrics import StoreMetrics
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
@@ -183,9 +181,8 @@ def seed(store: Store, catalogue: Catalogue, now: datetime) -> None:
     evaluate(store, catalogue.environments)
 
 
-@pytest.fixture
-def seeded_scrape(tmp_path: Path) -> Iterator[str]:
-    """The exposition of envcheck's collector over a seeded SQLite store, with a scheduler
+def scrape_seeded(tmp_path: Path, per_environment: bool) -> str:
+    """The exposition of envcheck's metrics over a seeded SQLite store, with a scheduler
     (built, never started) so the schedule-aware metrics are there too."""
     path = write_catalogue(tmp_path / "lint.yaml", "lint", {
         "lint-ok": "envcheck-demo/healthy:latest",
@@ -196,9 +193,19 @@ def seeded_scrape(tmp_path: Path) -> Iterator[str]:
         seed(store, catalogue, now)
         scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
                                    assessment=StoreAssessment(store))
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(StoreCollector(store, scheduler, now=now.timestamp))
-        yield generate_latest(registry).decode()
+        return StoreMetrics(store, scheduler, now=now.timestamp,
+                            per_environment=per_environment).render().decode()
+
+
+@pytest.fixture
+def seeded_scrape(tmp_path: Path) -> str:
+    return scrape_seeded(tmp_path, per_environment=True)
+
+
+@pytest.fixture
+def seeded_suite_scrape(tmp_path: Path) -> str:
+    """The same with per-suite series alone (``envcheck daemon --metrics-series suite``)."""
+    return scrape_seeded(tmp_path, per_environment=False)
 
 
 def samples(exposition: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -209,10 +216,11 @@ def samples(exposition: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def test_metrics_pass_promtool_lint(seeded_scrape: str) -> None:
-    proc = promtool_metrics(seeded_scrape)
-    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
-        proc.stdout + proc.stderr)
+def test_metrics_pass_promtool_lint(seeded_scrape: str, seeded_suite_scrape: str) -> None:
+    for scrape in (seeded_scrape, seeded_suite_scrape):
+        proc = promtool_metrics(scrape)
+        assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
+            proc.stdout + proc.stderr)
 
 
 def test_metrics_the_rules_read_are_exported_with_bounded_labels(seeded_scrape: str) -> None:
@@ -224,6 +232,25 @@ def test_metrics_the_rules_read_are_exported_with_bounded_labels(seeded_scrape: 
     for name, series in exported.items():
         for labels, _ in series:
             assert set(labels) <= BOUNDED_LABELS, f"{name}: unbounded label in {labels}"
+
+
+# alerts that read per-environment series, and the variant that speaks for them without
+PER_SUITE_VARIANTS = {"EnvironmentQuarantined": "SuiteEnvironmentsQuarantined",
+                      "EnvironmentRewardHackable": "SuiteRewardHackable"}
+
+
+def test_every_alert_works_with_per_suite_series_alone(seeded_suite_scrape: str) -> None:
+    exported = samples(seeded_suite_scrape)
+    assert not [name for name, series in exported.items()
+                for labels, _ in series if "env" in labels]
+    rules = {r["alert"]: r for r in load_rules() if "alert" in r}
+    for name, rule in rules.items():
+        missing = set(re.findall(r"\benvcheck_[a-z_]+\b", rule["expr"])) - set(exported)
+        if missing:
+            assert name in PER_SUITE_VARIANTS, f"{name} reads {missing}: not with per-suite series"
+            variant = rules[PER_SUITE_VARIANTS[name]]
+            assert set(re.findall(r"\benvcheck_[a-z_]+\b", variant["expr"])) <= set(exported)
+    assert set(PER_SUITE_VARIANTS.values()) <= set(rules)
 
 
 def test_stale_metrics_follow_the_schedule(seeded_scrape: str) -> None:

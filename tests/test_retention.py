@@ -22,7 +22,7 @@ from envcheck.catalogue.probe_specs import DependencySpec
 from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.feed.allowlist import allowlist
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
-from envcheck.metrics import StoreCollector
+from envcheck.metrics import StoreMetrics
 from envcheck.store import Store, open_store
 from envcheck.store.copy import copy_store
 from envcheck.store.core_tables import RESULTS, ROLLUPS, RUNS
@@ -148,7 +148,7 @@ def scrape(store: Store) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
     wanted = ("envcheck_probe_results", "envcheck_sandbox_seconds",
               "envcheck_probe_duration_seconds", "envcheck_last_success_timestamp_seconds")
     return {(s.name, tuple(sorted(s.labels.items()))): round(s.value, 6)
-            for family in StoreCollector(store, now=NOW.timestamp).collect()
+            for family in StoreMetrics(store, now=NOW.timestamp).collect()
             if family.name in wanted for s in family.samples}
 
 
@@ -524,7 +524,7 @@ def test_retention_refuses_windows_that_make_no_sense() -> None:
 
 
 def test_metric_buckets_are_sums_of_rollup_buckets() -> None:
-    from envcheck.metrics import BUCKETS
+    from envcheck.metrics.probes import BUCKETS
 
     assert set(BUCKETS) - {float("inf")} <= set(DURATION_BOUNDS)
 

@@ -487,6 +487,10 @@ def daemon(
     keep_failures: KeepFailures = KEEP.others_days,
     keep_hourly: KeepHourly = KEEP.hourly_days,
     keep_daily: KeepDaily = KEEP.daily_days,
+    metrics_series: Annotated[Literal["environment", "suite"], typer.Option(
+        envvar="ENVCHECK_METRICS_SERIES", help="/metrics series per environment and per "
+        "suite, or per suite alone (a large fleet: alerts.yaml has per-suite variants)")
+    ] = "environment",
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     import os
@@ -522,7 +526,8 @@ def daemon(
                           per_image=per_image, window_s=window,
                           database=store_url_or_exit(database),
                           webhooks=hooks, external_url=external_url, api_token=token,
-                          retention=retention, prune_every_s=prune_every)
+                          retention=retention, prune_every_s=prune_every,
+                          metrics_series=metrics_series)
     try:
         code = run_daemon(config)
     except StoreError as exc:

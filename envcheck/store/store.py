@@ -38,6 +38,7 @@ from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunS
 from envcheck.store.views.data_sources import SourceViews
 from envcheck.store.views.environment import EnvironmentViews
 from envcheck.store.views.fleet import FleetViews
+from envcheck.store.views.metrics import MetricsViews
 from envcheck.store.views.quarantine import QuarantineViews
 
 if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
@@ -87,7 +88,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetViews,
-            EnvironmentViews, QuarantineViews, SourceViews):
+            EnvironmentViews, QuarantineViews, SourceViews, MetricsViews):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:
