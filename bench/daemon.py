@@ -5,8 +5,8 @@
 In one run, two real ``envcheck daemon`` processes one after the other, each with its own
 SQLite store and port: **empty** (a catalogue of 1 environment) and **fleet** (``--envs``
 environments, all on one demo image, terminal probe only, ``terminal: 1h``, jitter 30 s).
-Before each starts, its store is seeded in bulk with one recent passing terminal result
-(1-10 minutes old) and a healthy state per environment, so no probe is due for ~50 minutes:
+Before each starts, its store is seeded in bulk with one recent passing result per declared
+kind (1-10 minutes old) and a healthy state per environment, so no probe is due for ~50 minutes:
 the daemon holds every job but runs none, which is what "idle" means here.
 
 Per daemon: start-up time (spawn to ``/readyz`` ready and the start-up assessment logged),
@@ -76,10 +76,11 @@ def catalogue_text(n: int, burst: int = 0) -> str:
 
 
 def seed(db_url: str, catalogue_path: Path) -> float:
-    """One recent passing terminal result and a healthy state per environment, in bulk."""
+    """One recent passing result of each kind it declares and a healthy state per environment,
+    in bulk."""
     started = time.monotonic()
     catalogue = load_catalogue([catalogue_path])
-    probe = load_probe(ProbeKind.TERMINAL)
+    probes = {kind: load_probe(kind) for kind in ProbeKind}
     now = datetime.now(UTC)
     with open_store(db_url) as store:
         store.sync_suites(catalogue.suites)
@@ -99,13 +100,14 @@ def seed(db_url: str, catalogue_path: Path) -> float:
         states: list[dict[str, Any]] = []
         verdict = Verdict(Status.PASS, Reason.OK, "seeded by bench/daemon.py")
         for env in catalogue.environments:
-            r = probe.result(env, verdict, 0.3, digest)
-            at = now - timedelta(seconds=random.uniform(60, 600))
-            results.append({"run_id": run_id, "env_id": env.id, "kind": r.kind.value,
-                            "status": r.status.value, "reason": r.reason.value,
-                            "summary": r.summary, "duration_s": r.duration_s,
-                            "image_digest": digest, "spec_hash": r.spec_hash,
-                            "started_at": at, "evidence": [], "details": {}})
+            for kind in env.declared_kinds():
+                r = probes[kind].result(env, verdict, 0.3, digest)
+                at = now - timedelta(seconds=random.uniform(60, 600))
+                results.append({"run_id": run_id, "env_id": env.id, "kind": r.kind.value,
+                                "status": r.status.value, "reason": r.reason.value,
+                                "summary": r.summary, "duration_s": r.duration_s,
+                                "image_digest": digest, "spec_hash": r.spec_hash,
+                                "started_at": at, "evidence": [], "details": {}})
             states.append({"env_id": env.id, "suite": env.suite, "state": "healthy",
                            "reason": "ok", "image_digest": digest, "kinds": {},
                            "quarantined": False, "q_evidence": [], "updated_at": now})
@@ -135,13 +137,15 @@ def metric(text: str, name: str, labels: str = "") -> float | None:
 
 
 class Daemon:
-    def __init__(self, workdir: Path, catalogue: Path, concurrency: int) -> None:
+    def __init__(self, workdir: Path, catalogue: Path, concurrency: int,
+                 environ: dict[str, str] | None = None) -> None:
+        """``environ``: more variables for the daemon (e.g. PYTHONPATH: another checkout)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "daemon.log"
         env = {**os.environ, "ENVCHECK_DATA_DIR": str(workdir / "data"),
                "ENVCHECK_EXPORT_DIR": str(workdir / "exports"),
-               "ENVCHECK_CONTAINER_TAG": f"bench-daemon-{os.getpid()}"}
+               "ENVCHECK_CONTAINER_TAG": f"bench-daemon-{os.getpid()}", **(environ or {})}
         env.pop("ENVCHECK_DATABASE_URL", None)
         exe = Path(sys.executable).parent / "envcheck"
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "envcheck.cli.app"]
@@ -203,8 +207,9 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, catalogue: Path, concurrency: int) -> Iterator[Daemon]:
-    daemon = Daemon(workdir, catalogue, concurrency)
+def running(workdir: Path, catalogue: Path, concurrency: int,
+            environ: dict[str, str] | None = None) -> Iterator[Daemon]:
+    daemon = Daemon(workdir, catalogue, concurrency, environ)
     try:
         yield daemon
     finally:

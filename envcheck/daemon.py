@@ -5,7 +5,8 @@ signals: SIGHUP reloads the catalogue (a bad one is refused, the old keeps runni
 and SIGINT stop scheduling, let in-flight probes finish and remove their containers, and
 assess what they produced. A restart after SIGKILL reaps leftovers and marks the run.
 Containers an engine outage left behind are removed once the engine answers again (checked
-every few seconds), and at shutdown.
+every few seconds), and at shutdown. The store is pruned every ``prune_every_s`` (hourly), a
+first time a few minutes after the start, in short batches beside the probing.
 
 A store that refuses writes (a full disk) stops nothing: results are held and written when
 it recovers (:mod:`envcheck.store.pending`); meanwhile ``/readyz`` answers 503 with the
@@ -18,7 +19,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -39,6 +40,7 @@ from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
+from envcheck.store.retention import Retention
 
 if TYPE_CHECKING:
     from envcheck.metrics import StoreMetrics
@@ -48,6 +50,7 @@ __all__ = ["DaemonConfig", "build_app", "run_daemon"]
 log = logging.getLogger("envcheck.daemon")
 
 TIDY_INTERVAL_S = 5.0  # how often a local executor looks for an outage's leftovers
+PRUNE_FIRST_S = 300.0  # the first prune, after the start's catch-up (or sooner, if more often)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class DaemonConfig:
     external_url: str | None = None  # envcheck's address in alert links (http://host:port)
     notify_flush_s: float = 10.0  # at shutdown, then undelivered alerts wait for next start
     store_flush_s: float = 10.0  # at shutdown, results the store refused wait this long more
+    retention: Retention = field(default_factory=Retention)
+    prune_every_s: float = 3600.0  # 0: never (prune by hand, `envcheck store prune`)
     # /metrics: series per environment and per suite, or per suite alone (a large fleet)
     metrics_series: Literal["environment", "suite"] = "environment"
     # enables the API's mutations; read and checked by the CLI before anything starts
@@ -143,8 +148,11 @@ def run_daemon(config: DaemonConfig) -> int:
         notifier.start()
     scheduler.start()
     if isinstance(executor, LocalExecutor):
-        threading.Thread(target=_tidy_loop, args=(executor, stop), name="envcheck-tidy",
-                         daemon=True).start()
+        _every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
+               "looking for leftover containers failed")
+    if config.prune_every_s > 0:
+        _every("envcheck-prune", config.prune_every_s, stop, _pruner(store, config.retention),
+               "pruning the store failed", first_s=min(PRUNE_FIRST_S, config.prune_every_s))
     # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal it caught to
     # the handler installed before it: this one, so the shutdown below runs instead of the
     # default action killing the process mid-cleanup.
@@ -165,13 +173,38 @@ def run_daemon(config: DaemonConfig) -> int:
     return 0
 
 
-def _tidy_loop(executor: LocalExecutor, stop: threading.Event) -> None:
-    """Between probes, remove what an engine outage left behind once the engine is back."""
-    while not stop.wait(TIDY_INTERVAL_S):  # periodic work until stop, not a retry
-        try:
-            executor.tidy()
-        except Exception:  # never let the check die; the next round tries again
-            log.exception("looking for leftover containers failed")
+def _every(name: str, interval_s: float, stop: threading.Event, work: Callable[[], object],
+           failed: str, first_s: float | None = None) -> None:
+    """Run ``work`` every ``interval_s`` (the first time after ``first_s``) in a thread of
+    its own until ``stop``; a failure is logged and the next round tries again."""
+
+    def loop() -> None:
+        wait = interval_s if first_s is None else first_s
+        while not stop.wait(wait):  # periodic work until stop, not a retry
+            wait = interval_s
+            try:
+                work()
+            except Exception:  # never let the daemon die of its upkeep
+                log.exception(failed)
+
+    threading.Thread(target=loop, name=name, daemon=True).start()
+
+
+def _pruner(store: Store, retention: Retention) -> Callable[[], None]:
+    """One prune of the store, logged; the advice to turn on incremental vacuum, once."""
+    advised = threading.Event()
+
+    def prune() -> None:
+        started = time.monotonic()
+        report = store.prune(retention)
+        log.info("store pruned", extra={**report.as_dict(),
+                                        "seconds": round(time.monotonic() - started, 3)})
+        if report.incremental_vacuum is False and not advised.is_set():
+            advised.set()
+            log.warning("the SQLite file does not give freed pages back: run `envcheck store "
+                        "prune --vacuum` once, with the daemon stopped")
+
+    return prune
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:

@@ -14,12 +14,13 @@ The base image (``envcheck/base:bookworm``) comes from ``images/base/build.sh``.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ class BuildFailedError(Exception):
     """A demo image could not be built; the message says which and why."""
 
 
-def _context_files(root: Path) -> Iterator[Path]:
+def context_files(root: Path) -> Iterator[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_NAMES)
         for filename in sorted(filenames):
@@ -104,7 +105,7 @@ def content_hash(context: Path, buildargs: dict[str, str], parent_id: str) -> st
     digest.update(f"envcheck-demo-build/{HASH_VERSION}\0parent={parent_id}\0".encode())
     for key in sorted(buildargs):
         digest.update(f"arg:{key}={buildargs[key]}\0".encode())
-    for path in _context_files(context):
+    for path in context_files(context):
         rel = path.relative_to(context).as_posix()
         if path.is_symlink():
             digest.update(f"link:{rel}->{os.readlink(path)}\0".encode())
@@ -115,7 +116,7 @@ def content_hash(context: Path, buildargs: dict[str, str], parent_id: str) -> st
     return digest.hexdigest()
 
 
-def _image_id(client: Any, ref: str) -> str | None:
+def image_id(client: Any, ref: str) -> str | None:
     try:
         return str(client.images.get(ref).id)
     except ImageNotFound:
@@ -130,10 +131,42 @@ def _log_tail(log: Iterable[dict[str, Any]]) -> str:
     return "\n".join("    " + line for line in lines[-LOG_TAIL_LINES:])
 
 
+def labelled(client: Any, tag: str) -> tuple[str | None, str | None]:
+    """(image ID, build-hash label) of ``tag``, (None, None) when there is no such image."""
+    try:
+        current = client.images.get(tag)
+    except ImageNotFound:
+        return None, None
+    return str(current.id), (current.labels or {}).get(HASH_LABEL)
+
+
+def build_context(client: Any, tag: str, context: Path, buildargs: dict[str, str],
+                  labels: dict[str, str]) -> str:
+    """Build ``context`` as ``tag`` with no network; return the new image ID."""
+    try:
+        built, _log = client.images.build(
+            path=str(context),
+            tag=tag,
+            buildargs=buildargs,
+            network_mode="none",
+            rm=True,
+            forcerm=True,
+            pull=False,
+            labels=labels,
+        )
+    except BuildError as exc:
+        raise BuildFailedError(
+            f"{tag}: build failed: {exc.msg}\n{_log_tail(exc.build_log)}"
+        ) from exc
+    except APIError as exc:
+        raise BuildFailedError(f"{tag}: Docker engine refused the build: {exc}") from exc
+    return str(built.id)
+
+
 def build_one(client: Any, image: DemoImage, base: str, force: bool) -> tuple[str, str | None]:
     """Build ``image`` unless its hash label matches; return (outcome, replaced image ID)."""
     parent = image.parent or base
-    parent_id = _image_id(client, parent)
+    parent_id = image_id(client, parent)
     if parent_id is None:
         hint = " (run images/base/build.sh)" if image.parent is None else ""
         raise BuildFailedError(f"{image.tag}: parent image {parent} is missing{hint}")
@@ -142,39 +175,16 @@ def build_one(client: Any, image: DemoImage, base: str, force: bool) -> tuple[st
     buildargs = {image.parent_arg: parent}
     wanted = content_hash(image.context, buildargs, parent_id)
 
-    old_id: str | None = None
-    try:
-        current = client.images.get(image.tag)
-    except ImageNotFound:
-        current = None
-    if current is not None:
-        old_id = str(current.id)
-        labels = current.labels or {}
-        if not force and labels.get(HASH_LABEL) == wanted:
-            return "up to date", None
-
-    try:
-        built, _log = client.images.build(
-            path=str(image.context),
-            tag=image.tag,
-            buildargs=buildargs,
-            network_mode="none",
-            rm=True,
-            forcerm=True,
-            pull=False,
-            labels={HASH_LABEL: wanted, DEMO_LABEL: image.name},
-        )
-    except BuildError as exc:
-        raise BuildFailedError(
-            f"{image.tag}: build failed: {exc.msg}\n{_log_tail(exc.build_log)}"
-        ) from exc
-    except APIError as exc:
-        raise BuildFailedError(f"{image.tag}: Docker engine refused the build: {exc}") from exc
-    replaced = old_id if old_id is not None and old_id != built.id else None
+    old_id, have = labelled(client, image.tag)
+    if old_id is not None and not force and have == wanted:
+        return "up to date", None
+    built = build_context(client, image.tag, image.context, buildargs,
+                          {HASH_LABEL: wanted, DEMO_LABEL: image.name})
+    replaced = old_id if old_id is not None and old_id != built else None
     return "built", replaced
 
 
-def _remove_stale(client: Any, image_ids: Sequence[str]) -> None:
+def remove_stale(client: Any, image_ids: Sequence[str]) -> None:
     """Best effort: drop images replaced by this run (children first); ignore ones in use."""
     for image_id in reversed(image_ids):
         try:
@@ -195,52 +205,63 @@ def select(names: Sequence[str]) -> list[DemoImage]:
     return [image for image in FLEET if image.name in names]
 
 
+BuildJob = Callable[[Any], tuple[str, str | None]]  # client -> (outcome, replaced image ID)
+
+
+def build_all(prog: str, what: str, jobs: Sequence[tuple[str, BuildJob]]) -> int:
+    """Run each (tag, job) in order on one engine client, a line per image and a summary;
+    images replaced by this run are removed at the end. The exit code: 0, or 1 on a failure."""
+    started = time.monotonic()
+    try:
+        client = docker.from_env(timeout=BUILD_TIMEOUT_S)
+        client.ping()
+    except DockerException as exc:
+        print(f"{prog}: Docker engine not reachable: {exc}", file=sys.stderr)
+        return 1
+
+    width = max(len(tag) for tag, _ in jobs)
+    counts = {"built": 0, "up to date": 0}
+    stale: list[str] = []
+    try:
+        for tag, job in jobs:
+            t0 = time.monotonic()
+            outcome, replaced = job(client)
+            counts[outcome] += 1
+            if replaced:
+                stale.append(replaced)
+            elapsed = time.monotonic() - t0
+            print(f"{tag:<{width}}  {outcome:<10}  {elapsed:5.1f} s", flush=True)
+    except BuildFailedError as exc:
+        print(f"{prog}: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except DockerException as exc:
+        print(f"{prog}: FAILED: Docker engine error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        remove_stale(client, stale)
+        client.close()
+
+    print(
+        f"{what}: {len(jobs)} ({counts['built']} built, {counts['up to date']} up to date)"
+        f" in {time.monotonic() - started:.1f} s"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("names", nargs="*", help="build only these images (default: all)")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument("--base", default=BASE_IMAGE, help=f"base image (default {BASE_IMAGE})")
     args = parser.parse_args(argv)
-
-    started = time.monotonic()
     try:
         images = select(args.names)
-        client = docker.from_env(timeout=BUILD_TIMEOUT_S)
-        client.ping()
     except BuildFailedError as exc:
         print(f"build_images: {exc}", file=sys.stderr)
         return 2
-    except DockerException as exc:
-        print(f"build_images: Docker engine not reachable: {exc}", file=sys.stderr)
-        return 1
-
-    width = max(len(image.tag) for image in images)
-    counts = {"built": 0, "up to date": 0}
-    stale: list[str] = []
-    try:
-        for image in images:
-            t0 = time.monotonic()
-            outcome, replaced = build_one(client, image, args.base, args.force)
-            counts[outcome] += 1
-            if replaced:
-                stale.append(replaced)
-            elapsed = time.monotonic() - t0
-            print(f"{image.tag:<{width}}  {outcome:<10}  {elapsed:5.1f} s", flush=True)
-    except BuildFailedError as exc:
-        print(f"build_images: FAILED: {exc}", file=sys.stderr)
-        return 1
-    except DockerException as exc:
-        print(f"build_images: FAILED: Docker engine error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        _remove_stale(client, stale)
-        client.close()
-
-    print(
-        f"demo images: {len(images)} ({counts['built']} built, {counts['up to date']} up to date)"
-        f" in {time.monotonic() - started:.1f} s"
-    )
-    return 0
+    return build_all("build_images", "demo images", [
+        (image.tag, functools.partial(build_one, image=image, base=args.base, force=args.force))
+        for image in images])
 
 
 if __name__ == "__main__":

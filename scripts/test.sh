@@ -16,11 +16,14 @@ log() { printf 'test: %s\n' "$*"; }
 warn() { printf 'test: WARNING: %s\n' "$*" >&2; }
 is_root() { [[ $(id -u) -eq 0 ]]; }
 
-# promtool, Prometheus and Alertmanager for tests/test_alerts.py (installed only when missing)
-export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager chromium${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
+# promtool, Prometheus and Alertmanager for tests/test_alerts.py, Compose v1 for the stack's
+# test and systemd-analyze for the unit's (installed only when missing)
+export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager chromium docker-compose systemd${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
 # the tests cover every extra: the dashboard (streamlit), the Ray executor and Parquet datasets
 export ENVCHECK_EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard,ray,parquet}"
 "$ROOT/scripts/setup.sh"
+# envcheck's own image and the stack's services image (tests/test_deploy_*.py); cached
+.venv/bin/python scripts/build_deploy_images.py
 
 # --- PostgreSQL on 127.0.0.1:5432 (trust auth, database "test") -------------------------------
 pg_up() { command -v pg_isready >/dev/null 2>&1 && pg_isready -h 127.0.0.1 -p 5432 -t 3 >/dev/null 2>&1; }

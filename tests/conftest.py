@@ -19,7 +19,7 @@ from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.sandbox.docker import DockerRuntime
 
-pytest_plugins = ["tests.backends"]
+pytest_plugins = ["tests.backends", "tests.deploy"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "probes" / "demo.yaml"

@@ -22,7 +22,6 @@ from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reaso
 from envcheck.dashboard.environment import adversarial_rows
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.adversarial.controls import Attempted, Target, judge, run_controls
-from envcheck.kinds.adversarial.harbor import ROOT_AGENT
 from envcheck.kinds.adversarial.ledger import ControlsLedger, RecordedEvidence
 from envcheck.kinds.adversarial.library import TRICKS, Trick
 from envcheck.kinds.adversarial.testspec import forged_junit
@@ -305,7 +304,8 @@ def test_a_naive_harbor_verifier_is_attacked_through_its_reward_file(
         tmp_path: Path, runtime: DockerRuntime) -> None:
     """hello-world as Harbor's example ships it: the agent is root, the verifier runs pytest
     from PATH with the site-packages on and trusts its exit code, and /tests is merged into:
-    five tricks earn reward 1."""
+    five tricks earn reward 1. A forged reward.json stands: test.sh writes reward.txt, and
+    Harbor reads reward.json first."""
     folder = tmp_path / "hello-world-naive"
     shutil.copytree(HELLO, folder)
     (folder / "tests" / "test.sh").write_text(NAIVE_TEST_SH)
@@ -316,6 +316,7 @@ def test_a_naive_harbor_verifier_is_attacked_through_its_reward_file(
                                 "early_exit", "verifier_dir_planted"], info["tricks"]
     verifier = {t["trick"]: t["verifier"] for t in info["tricks"]}
     assert verifier["early_exit"].startswith("rewarded: reward 1")
+    assert verifier["report_forged"].startswith("rewarded: reward 1 (reward.json")
     assert verifier["tests_rewritten"].startswith("refused: reward 0")  # no test ids to rewrite
 
 
@@ -323,16 +324,15 @@ def test_a_naive_harbor_verifier_is_attacked_through_its_reward_file(
 def test_the_hardened_harbor_demo_refuses_every_trick(runtime: DockerRuntime) -> None:
     """hello-world as the demo ships it: the agent is root (Harbor's default), but test.sh runs
     its own interpreter (-I -S: no start-up hook from any site-packages), ignores conftest
-    files and parses the reward from a private report. Every trick is refused but one no
-    test.sh can refuse while the agent is root: report_forged (the agent makes /logs/verifier
-    read-only, Harbor's redirect into it fails, test.sh never runs). The result says so."""
+    files, removes any reward file already there (as root under Harbor's capabilities, even
+    from a folder the agent made read-only) and parses the reward from a private report.
+    Every trick is refused."""
     result = harbor_probe(HELLO, runtime)
-    assert (result.status, result.reason) == (Status.PASS, Reason.REWARD_HACKABLE), result.summary
+    assert (result.status, result.reason) == (Status.PASS, Reason.OK), result.summary
     info = result.details["adversarial"]
-    assert info["rewarded"] == ["report_forged"], info["tricks"]
-    assert info["protocol"] == ROOT_AGENT
+    assert info["rewarded"] == [], info["tricks"]
     verifier = {t["trick"]: t["verifier"] for t in info["tricks"]}
-    assert verifier.pop("report_forged").startswith("rewarded: reward 1")
+    assert len(verifier) == 8
     assert all(v.startswith("refused: reward 0") for v in verifier.values()), verifier
 
 
@@ -344,3 +344,34 @@ def test_a_spec_without_controls_keeps_its_hash_and_declaring_them_changes_it() 
         update={"adversarial": Adversarial()})})
     assert controlled.spec_hash(ProbeKind.TESTS) != tests.spec_hash(ProbeKind.TESTS)
     assert controlled.spec_hash(ProbeKind.TERMINAL) == tests.spec_hash(ProbeKind.TERMINAL)
+
+
+# Every demo environment whose tests are valid, in every demo catalogue, and where its
+# controls are asserted: each declares them, and each refuses every trick.
+VALID_DEMOS = {
+    ("demo.yaml", "demo-healthy"): "test_the_demo_healthy_task_refuses_every_trick (here)",
+    ("demo-tests.yaml", "demo-tests-healthy"): "tests/test_tests_probe.py",
+    ("demo-tests.yaml", "demo-tests-healthy-script"): "tests/test_tests_probe.py",
+    ("demo-hacks.yaml", "demo-hacks-resistant"): "EXPECTED (here)",
+    ("demo-harbor.yaml", "hello-world"): "test_the_hardened_harbor_demo_refuses_every_trick",
+    ("demo-swebench.yaml", "envcheck-demo__pyutils-1"): "tests/test_swebench_dataset.py",
+    ("demo-swebench.yaml", "envcheck-demo__pyutils-5"): "tests/test_swebench_dataset.py",
+}
+
+
+def test_every_valid_demo_environment_declares_every_trick() -> None:
+    for (file, env_id) in VALID_DEMOS:
+        controls = load_catalogue([ROOT / "probes" / file]).environment(env_id).adversarial()
+        assert controls is not None, (file, env_id)
+        assert controls.names() == list(TRICK_NAMES), (file, env_id)
+
+
+@pytest.mark.docker
+def test_the_demo_healthy_task_refuses_every_trick(demo_catalogue: Catalogue,
+                                                   runtime: DockerRuntime) -> None:
+    [result] = run_cycle([demo_catalogue.environment("demo-healthy")], [ProbeKind.TESTS],
+                         runtime, new_run_id())
+    assert (result.status, result.reason) == (Status.PASS, Reason.OK), result.summary
+    info = result.details["adversarial"]
+    assert info["rewarded"] == [] and len(info["tricks"]) == len(TRICK_NAMES), info
+    assert all(t["verifier"].startswith("refused") for t in info["tricks"]), info["tricks"]

@@ -491,7 +491,7 @@ def test_openapi_lists_every_route(api: Api) -> None:
     routes = {(path, method) for path, ops in spec["paths"].items() for method in ops}
     assert routes == {("/v1/quarantine", "get"), ("/v1/suites/{suite}/allowlist", "get"),
                       ("/v1/environments/{env_id}", "get"), ("/v1/quarantine/{env_id}", "post"),
-                      ("/v1/quarantine/{env_id}", "delete")}
+                      ("/v1/quarantine/{env_id}", "delete"), ("/v1/incidents", "get")}
     post = spec["paths"]["/v1/quarantine/{env_id}"]["post"]
     assert post["security"] == [{"HTTPBearer": []}]
     assert {"401", "403", "404", "422"} <= set(post["responses"])

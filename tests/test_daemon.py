@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
+from envcheck.feed.allowlist import allowlist
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables import ProbeResultRow
@@ -131,7 +132,8 @@ class Daemons:
         self.client = docker.from_env(timeout=30)
 
     def start(self, catalogue: Path, *, window: float = 2.0, data: str = "data",
-              tag: str | None = None, concurrency: int = 2) -> Daemon:
+              tag: str | None = None, concurrency: int = 2, args: Sequence[str] = ()
+              ) -> Daemon:
         tag = tag or f"{SESSION_TAG}-{uuid.uuid4().hex[:8]}"
         port = free_port()
         data_dir = self.tmp_path / data
@@ -146,7 +148,7 @@ class Daemons:
         stderr = log.open("wb")
         proc = subprocess.Popen(
             [*envcheck_cmd(), "daemon", str(catalogue), "--port", str(port),
-             "--window", str(window), "--concurrency", str(concurrency)],
+             "--window", str(window), "--concurrency", str(concurrency), *args],
             env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         daemon = Daemon(proc, f"http://127.0.0.1:{port}", log,
                         f"sqlite:///{data_dir / 'envcheck.db'}", tag, stderr)
@@ -265,12 +267,27 @@ def test_sighup_picks_up_added_and_removed_dataset_records(daemons: Daemons,
     d.wait("the added task's results", lambda: d.count("Demo__Task-2") >= 1, timeout=30)
     assert d.metrics()[("envcheck_scheduled_jobs", ())] == 3
 
-    write_records("Demo__Task-2")  # removed
+    write_records("Demo__Task-2")  # removed: retired, its history kept
     d.proc.send_signal(signal.SIGHUP)
     d.wait("the second reload", lambda: len(d.events("catalogue reloaded")) == 2)
     assert d.metrics()[("envcheck_scheduled_jobs", ())] == 2
     with d.store() as store:
         assert {"demo__task-1", "Demo__Task-2"} <= {e.id for e in store.environments()}
+        assert [r.env_id for r in store.retired()] == ["demo__task-1"]
+        assert "demo__task-1" not in {*allowlist(store, "daemon").allowed,
+                                      *allowlist(store, "daemon").excluded}
+        assert store.transitions("demo__task-1")[0].new_state == "retired"
+        assert store.latest_results(["demo__task-1"])  # its history stays
+    assert not [key for key in d.metrics() if ("env", "demo__task-1") in key[1]]
+
+    write_records("demo__task-1", "Demo__Task-2")  # back, with its history
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait("the third reload", lambda: len(d.events("catalogue reloaded")) == 3)
+    with d.store() as store:
+        assert store.retired() == []
+        assert store.transitions("demo__task-1")[0].old_state == "retired"
+        assert "demo__task-1" in {*allowlist(store, "daemon").allowed,
+                                  *allowlist(store, "daemon").excluded}
     assert d.stop() == 0
     assert problems(d) == []
 
@@ -368,3 +385,38 @@ def test_sigkill_then_restart_reaps_marks_and_assesses(daemons: Daemons,
     assert {s for i, s in states.items() if i not in killed_runs} <= {"finished"}
     assert daemons.containers(first.tag) == []
     assert problems(first) == [] and problems(second) == []
+
+
+def test_prunes_its_store_on_its_own(daemons: Daemons, tmp_path: Path) -> None:
+    """Results of an environment probed 450 times ten days ago: the daemon's own prune folds
+    the 50 its health model no longer reads and keeps the rest; the counts stay whole."""
+    from datetime import UTC, datetime, timedelta
+
+    from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+    from envcheck.store.feed import OBSERVATION_WINDOW
+
+    data = tmp_path / "data"
+    data.mkdir()
+    old = datetime.now(UTC) - timedelta(days=10)
+    with open_store(f"sqlite:///{data / 'envcheck.db'}") as store:
+        run_id = store.start_run("test", [])
+        for i in range(450):
+            store.record(run_id, ProbeResult(
+                env_id="gone-env", kind=ProbeKind.TERMINAL, status=Status.PASS,
+                reason=Reason.OK, summary="ok", duration_s=1.0, spec_hash="s",
+                started_at=old + timedelta(minutes=5 * i)))
+        store.finish_run(run_id)
+    catalogue = tmp_path / "probes" / "fleet.yaml"
+    write_catalogue(catalogue, [HEALTHY])
+    d = daemons.start(catalogue, args=["--prune-every", "2"])
+    d.wait("a prune that folded results",
+           lambda: any(e["results_deleted"] for e in d.events("store pruned")))
+    [pruned] = [e for e in d.events("store pruned") if e["results_deleted"]]
+    assert pruned["results_deleted"] == 450 - OBSERVATION_WINDOW
+    assert pruned["incremental_vacuum"] is True
+    with d.store() as store:
+        assert len(store.history("gone-env", limit=1000)) == OBSERVATION_WINDOW
+        [span] = store.digest_history("gone-env")
+        assert span.results == 450
+    assert d.stop() == 0
+    assert problems(d) == []

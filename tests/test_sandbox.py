@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
+import os
 import socket
 import threading
 import time
@@ -17,14 +19,16 @@ import pytest
 
 from envcheck.catalogue.models import Limits
 from envcheck.core.errors import EngineUnreachable, ImageMissing
-from envcheck.sandbox.base import CappedOutput, SandboxSpec
+from envcheck.sandbox.base import ENGINE_DEFAULT_CAPABILITIES, CappedOutput, SandboxSpec
 from envcheck.sandbox.docker import (
     LABEL_ENV,
     LABEL_MANAGED,
+    LABEL_OWNER,
     LABEL_RUN,
     DockerRuntime,
     DockerSandbox,
     hijacked_stream,
+    leftover,
 )
 
 pytestmark = pytest.mark.docker
@@ -58,6 +62,31 @@ def test_container_is_hardened_and_labelled(sandbox: DockerSandbox) -> None:
     assert labels[LABEL_MANAGED] == "true"
     assert labels[LABEL_RUN] == "test-run"
     assert labels[LABEL_ENV] == "test-env"
+
+
+def _root_overwrites_a_read_only_file(sandbox: DockerSandbox) -> int | None:
+    script = ("mkdir -p /tmp/d && echo 1 > /tmp/d/f && chmod 0444 /tmp/d/f && chmod a-w /tmp/d"
+              " && echo 0 > /tmp/d/f && rm /tmp/d/f")
+    return sandbox.exec(["sh", "-c", script], user="root", timeout_s=10).exit_code
+
+
+def test_capabilities_are_added_back_only_when_asked(runtime: DockerRuntime) -> None:
+    """No capability by default: even root cannot write a file it made read-only. With the
+    engine's defaults (what Harbor's tasks run with) it can, as root can there."""
+    spec = SandboxSpec("test-env", IMAGE, "test-run", Limits(memory_mb=256, pids=64))
+    with runtime.sandbox(spec) as bare:
+        assert _root_overwrites_a_read_only_file(bare) != 0
+    with runtime.sandbox(dataclasses.replace(
+            spec, capabilities=ENGINE_DEFAULT_CAPABILITIES)) as granted:
+        assert _root_overwrites_a_read_only_file(granted) == 0
+        client = docker.from_env(timeout=10)
+        try:
+            host = client.api.inspect_container(granted.container_id)["HostConfig"]
+        finally:
+            client.close()
+        assert host["CapDrop"] == ["ALL"]
+        assert sorted(c.removeprefix("CAP_") for c in host["CapAdd"]) == sorted(
+            ENGINE_DEFAULT_CAPABILITIES)
 
 
 def test_the_sdk_exec_stream_still_has_the_private_attributes_we_read(
@@ -235,6 +264,48 @@ def test_container_removed_even_when_the_body_raises(runtime: DockerRuntime) -> 
         raise RuntimeError("boom")
     assert seen
     assert seen[0] not in runtime.containers()
+
+
+def _namespace() -> str:
+    return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").rstrip("]")
+
+
+def test_a_leftover_is_judged_only_where_its_owner_can_be_seen() -> None:
+    host, me = socket.gethostname(), os.getpid()
+    with open(f"/proc/{me}/stat", encoding="ascii") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    here = f"{host}@{_namespace()}"
+    assert not leftover(f"{here}:{me}:{start}", 10)  # this process: in flight
+    assert leftover(f"{here}:{me}:{int(start) + 1}", 10)  # its pid, another process: gone
+    assert leftover(f"{here}:999999999:1", 10)
+    assert not leftover(f"{host}:{me}:{start}", 10)  # an older label, the host alone
+    # another PID namespace of this host (envcheck in its own container): alive or not is
+    # unknowable from here, so only once it has outlived any probe
+    assert not leftover(f"{host}@4026000000:1:1", 3600)
+    assert leftover(f"{host}@4026000000:1:1", 2 * 24 * 3600)
+    assert not leftover("another-host@1:1:1", 10 * 24 * 3600)  # that host's to judge
+
+
+def test_reap_leaves_a_sandbox_of_another_namespace_and_removes_a_dead_owners(
+        runtime: DockerRuntime) -> None:
+    client = docker.from_env(timeout=10)
+    host = socket.gethostname()
+    owners = {"foreign": f"{host}@4026000000:1:1", "dead": f"{host}@{_namespace()}:999999999:1"}
+    made = {}
+    try:
+        for name, owner in owners.items():
+            made[name] = client.containers.create(
+                IMAGE, ["sleep", "60"], labels={LABEL_MANAGED: "true", LABEL_OWNER: owner,
+                                                LABEL_RUN: f"reap-{name}"}, network_mode="none")
+        runtime.reap()
+        left = set(runtime.containers())
+        assert made["foreign"].id in left
+        assert made["dead"].id not in left
+    finally:
+        for container in made.values():
+            with suppress(docker.errors.NotFound):
+                container.remove(force=True)
+        client.close()
 
 
 def test_capped_output_keeps_head_and_tail() -> None:

@@ -7,6 +7,7 @@ measured on the real engine, where containers are what they bound.
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -19,6 +20,7 @@ from typing import Any
 
 import docker
 import pytest
+from sqlalchemy import update
 
 import envcheck.executors.local as executors_mod
 import envcheck.schedule.scheduler as scheduler_mod
@@ -34,6 +36,7 @@ from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 from envcheck.sandbox.docker import LABEL_TAG, DockerRuntime
 from envcheck.schedule.scheduler import ProbeScheduler, WindowOutcome
 from envcheck.store import Store, open_store
+from envcheck.store.core_tables import ENVS
 from tests.conftest import SESSION_TAG
 from tests.polling import wait_for
 
@@ -630,6 +633,60 @@ def test_reload_swaps_jobs(tmp_path: Path, store: Store, fake: FakeChecks,
     s.reload(changed)
     assert job_of(s, "keep").trigger.interval_length == 7200
     assert s.intervals() == {("keep", T): 7200, ("added", T): 7200}
+
+
+def test_reload_touches_only_what_changed(tmp_path: Path, store: Store, make: Make) -> None:
+    def catalogue(envs: str) -> Catalogue:
+        path = tmp_path / "c.yaml"
+        path.write_text(textwrap.dedent("""\
+            version: 1
+            suites:
+              s:
+                defaults:
+                  schedules: { terminal: 1h, dependencies: 2h, tests: null, datasource: null,
+                               jitter_s: 0 }
+                environments:
+            """) + textwrap.indent(textwrap.dedent(envs), "      "), encoding="utf-8")
+        return load_catalogue([path])
+
+    old = catalogue("""\
+        - { id: same, image: img-s }
+        - { id: new-image, image: img-1 }
+        - { id: new-kind, image: img-k }
+        - { id: gone, image: img-g }
+        """)
+    for env_id in ("same", "new-image", "new-kind", "gone"):
+        seed(store, old, env_id, ago_s=60)
+    s = make(old)
+    s.start()
+    before = {j.id: j.next_run_time for j in s.jobs()}
+    assert set(before) == {f"{e}:{T}" for e in ("same", "new-image", "new-kind", "gone")}
+    # a row the scheduler synced before is not written again while its definition holds
+    with store.engine.begin() as conn:
+        conn.execute(update(ENVS).where(ENVS.c.id == "same").values(spec={"synced": "before"}))
+    synced = {row.id: row for row in store.environments()}
+
+    s.reload(catalogue("""\
+        - { id: same, image: img-s }
+        - { id: new-image, image: img-2 }
+        - { id: new-kind, image: img-k, dependencies: { python: { pytest: '*' } } }
+        - { id: added, image: img-a }
+        """))
+    jobs = {j.id: j.next_run_time for j in s.jobs()}
+    deps = ProbeKind.DEPENDENCIES
+    assert set(jobs) == {f"same:{T}", f"new-image:{T}", f"new-kind:{T}", f"new-kind:{deps}",
+                         f"added:{T}"}
+    for job_id in (f"same:{T}", f"new-image:{T}", f"new-kind:{T}"):
+        assert jobs[job_id] == before[job_id], f"{job_id}: the same schedule keeps its timing"
+    assert s.intervals()[("new-kind", deps)] == 7200
+    rows = {row.id: row for row in store.environments()}
+    assert rows["same"].spec == {"synced": "before"}
+    assert rows["same"].last_seen > synced["same"].last_seen, "still in the catalogue"
+    assert rows["new-image"].image == "img-2" and rows["new-image"].spec["image"] == "img-2"
+    assert rows["new-kind"].spec["dependencies"]["python"] == {"pytest": "*"}
+    assert rows["added"].first_seen == rows["added"].last_seen
+    assert rows["gone"].last_seen == synced["gone"].last_seen, "dropped from the catalogue"
+    assert s.catalogue.environment("new-image").image == "img-2"
 
 
 # --- on the real engine ----------------------------------------------------------------------

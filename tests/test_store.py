@@ -29,6 +29,7 @@ from envcheck.store.database import (
     create_store_engine,
     schema_revision,
 )
+from envcheck.store.tables import EnvironmentRow
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -270,6 +271,26 @@ def test_sync_environments_upserts(store: Store) -> None:
     store.sync_environments([])
     store.sync_environments([environment(f"bulk-{i}") for i in range(6000)])  # > 32766 params
     assert len(store.environments()) == 6002
+
+
+def test_sync_environments_refreshes_only_last_seen_of_ids_seen_unchanged(store: Store) -> None:
+    bulk = [environment(f"bulk-{i}") for i in range(1200)]  # more than one batch of ids
+    store.sync_environments([environment("env-a"), environment("env-b"), *bulk])
+    first = {row.id: row for row in store.environments()}
+    with store.engine.begin() as conn:  # not rewritten: what the caller knows stays
+        conn.execute(update(EnvironmentRow).where(col(EnvironmentRow.id) == "env-a")
+                     .values(spec={"synced": "before"}))
+    store.sync_environments([environment("env-b", image="demo/ok:2")],
+                            seen=["env-a", *(e.id for e in bulk)])
+    second = {row.id: row for row in store.environments()}
+
+    assert second["env-a"].spec == {"synced": "before"}
+    assert second["env-a"].first_seen == first["env-a"].first_seen
+    assert second["env-a"].last_seen > first["env-a"].last_seen
+    assert second["env-b"].spec["image"] == "demo/ok:2"
+    assert second["env-b"].last_seen == second["env-a"].last_seen
+    assert all(second[e.id].last_seen == second["env-a"].last_seen for e in bulk)
+    assert all(second[e.id].spec == first[e.id].spec for e in bulk)
 
 
 def test_interrupt_stale_runs(store: Store) -> None:

@@ -26,17 +26,24 @@ pytestmark = pytest.mark.docker
 
 CATALOGUE = ROOT / "probes" / "demo-swebench.yaml"
 INSTANCES = [ROOT / "probes" / "datasets" / n for n in ("swe-demo.jsonl", "swe-demo-django.jsonl")]
-# The valid tasks pass, but the harness's protocol runs the tests in the agent's tree: the
-# adversarial controls (on for both datasets) find the tricks it cannot refuse (below).
+# The valid tasks pass and refuse every trick of the adversarial controls (on for both
+# datasets): their test commands are hardened (isolated interpreter, --noconftest).
 EXPECTED = {
-    "envcheck-demo__pyutils-1": (Status.PASS, Reason.REWARD_HACKABLE),
+    "envcheck-demo__pyutils-1": (Status.PASS, Reason.OK),
     "envcheck-demo__pyutils-2": (Status.FAIL, Reason.ORACLE_DOES_NOT_FIX),
     "envcheck-demo__pyutils-3": (Status.FAIL, Reason.TEST_PATCH_DOES_NOT_APPLY),
     "envcheck-demo__pyutils-4": (Status.FAIL, Reason.F2P_PASSES_BEFORE_ORACLE),
-    "envcheck-demo__pyutils-5": (Status.PASS, Reason.REWARD_HACKABLE),  # Django's runner log
+    "envcheck-demo__pyutils-5": (Status.PASS, Reason.OK),  # Django's runner log
 }
-# valid task -> the tricks the harness's protocol rewards: pytest honours a conftest.py in the
-# agent's tree, and both runners start an interpreter that reads the agent's user site
+VALID = ["envcheck-demo__pyutils-1", "envcheck-demo__pyutils-5"]
+# The same datasets with the commands the harness itself runs: valid task -> the tricks they
+# reward. pytest honours a conftest.py in the agent's tree, and both runners start an
+# interpreter that reads the agent's user site.
+HARNESS_COMMANDS = {
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 /usr/bin/python3 -I -m pytest --noconftest ":
+        "python3 -m pytest ",
+    "/usr/bin/python3 -I ./tests/runtests.py": "./tests/runtests.py",
+}
 HOLES = {"envcheck-demo__pyutils-1": ["conftest_forced_pass", "assertions_patched"],
          "envcheck-demo__pyutils-5": ["assertions_patched"]}
 MANY = 5000
@@ -100,12 +107,40 @@ def test_verdicts_name_the_dataset_test_ids_and_the_patch(
     assert any("apply the gold patch" in c for c in commands), commands
 
 
-@pytest.mark.parametrize("instance_id", sorted(HOLES))
-def test_the_harness_protocol_rewards_exactly_these_tricks(
+@pytest.mark.parametrize("instance_id", VALID)
+def test_the_hardened_commands_refuse_every_trick(
         instance_id: str, results: dict[str, ProbeResult]) -> None:
     info = results[instance_id].details["adversarial"]
+    assert info["rewarded"] == [], info["tricks"]
+    assert info["protocol"] == PROTOCOL
+    assert len(info["tricks"]) == 8
+    assert all(t["verifier"].startswith("refused") for t in info["tricks"]), info["tricks"]
+
+
+@pytest.fixture(scope="module")
+def harness_results(tmp_path_factory: pytest.TempPathFactory,
+                    runtime: DockerRuntime) -> dict[str, ProbeResult]:
+    """The valid tasks, verified with the harness's own commands instead of the hardened ones."""
+    folder = tmp_path_factory.mktemp("harness")
+    text = CATALOGUE.read_text().replace("path: datasets/", f"path: {INSTANCES[0].parent}/")
+    for hardened, harness in HARNESS_COMMANDS.items():
+        assert hardened in text
+        text = text.replace(hardened, harness)
+    (folder / "harness.yaml").write_text(text)
+    catalogue = load_catalogue([folder / "harness.yaml"])
+    envs = [catalogue.environment(i) for i in VALID]
+    return {r.env_id: r for r in run_cycle(envs, [ProbeKind.TESTS], runtime, new_run_id(),
+                                           concurrency=2)}
+
+
+@pytest.mark.parametrize("instance_id", sorted(HOLES))
+def test_the_harness_commands_reward_exactly_these_tricks(
+        instance_id: str, harness_results: dict[str, ProbeResult]) -> None:
+    result = harness_results[instance_id]
+    assert (result.status, result.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
+    info = result.details["adversarial"]
     assert info["rewarded"] == HOLES[instance_id], info["tricks"]
-    assert info["protocol"] == PROTOCOL  # the holes are the harness's: the result says so
+    assert info["protocol"] == PROTOCOL  # what only the command can refuse: the result says so
     verifier = {t["trick"]: t["verifier"] for t in info["tricks"]}
     assert all(verifier[t].startswith("rewarded") for t in HOLES[instance_id])
     assert all(v.startswith("refused") for t, v in verifier.items()
@@ -120,7 +155,7 @@ def test_the_test_patch_undoes_a_rewritten_test_and_the_result_says_so(
         assert verifier[trick].startswith("refused: fail-to-pass test(s) did not pass"), verifier
         assert verifier[trick].endswith("the trick changed tests/test_slug.py; the test patch "
                                         "put back tests/test_slug.py"), verifier
-    # a conftest.py is no file of the test patch: the harness leaves it in place
+    # a conftest.py is no file of the test patch: it stays, and --noconftest ignores it
     assert "conftest.py" in verifier["conftest_forced_pass"]
     assert "put back" not in verifier["conftest_forced_pass"]
 

@@ -51,6 +51,13 @@ def short_run(label: str) -> str:
         " (shuffled)", " shuffled")
 
 
+def seconds(value: float | None) -> str:
+    """A duration: three significant digits (0.0123, 1.23), whole seconds from 100 on."""
+    if value is None:
+        return "—"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def explain(reason: str) -> str:
     """``terminal: tool_missing`` with what the code means."""
     code = reason.rpartition(": ")[2]
@@ -73,6 +80,10 @@ columns[2].metric("Quarantined", view.quarantine.source if view.quarantine else 
 columns[3].metric("Probe kinds", len(view.kinds))
 st.markdown(f"**Why:** {explain(view.reason)}")
 st.caption(f"Assessed {ui.when(view.updated_at)}")
+if view.retired_at is not None:
+    st.info(f"**Retired** {ui.when(view.retired_at)}: it left the daemon's catalogue, so it is "
+            "in no allowlist, count or metric. Its history below stays; it comes back with it "
+            "if the catalogue names it again.", icon=":material/archive:")
 if (q := view.quarantine) is not None:
     links = ", ".join(f"[#{i}]({ui.env_url(view.env_id, [i])})" for i in q.evidence)
     st.error(f"**Quarantined** ({q.source}) by {q.actor} since "
@@ -225,6 +236,8 @@ if tricks:
 st.subheader("Image digest history")
 ui.table([{"first seen": ui.when(d.first_seen), "last seen": ui.when(d.last_seen),
            "results": d.results, "failures": d.failures, "kinds": ", ".join(d.kinds),
+           "p50 s": seconds(d.p50_s), "p95 s": seconds(d.p95_s),
+           "max s": seconds(d.max_s),
            "digest": d.image_digest or "—"} for d in data.digests(ctx.url, ctx.version, env_id)],
          key="digests", empty="No result stored yet.")
 st.caption("A new digest starts the evidence afresh: the health model counts only results of "

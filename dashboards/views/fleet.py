@@ -107,9 +107,16 @@ else:
 # --- incidents ----------------------------------------------------------------------------------
 
 recent = data.incidents(ctx.url, ctx.version, 20)
+if recent:
+    latest = recent[0]
+    failed = ", ".join(f"{f['env_id']} ({f['kind']} {f['status']})"
+                       for f in latest.held_back_failures[:5])
+    st.warning(f"Latest infrastructure incident, {ui.when(latest.at)}: {latest.detail} "
+               f"(cycle `{latest.run_id}`, {latest.kind}). {latest.held_back} result(s) held "
+               "back from the health model" + (f"; failing: {failed}" if failed else "") + ".")
 with st.expander(f"Infrastructure incidents ({len(recent)} recent)", expanded=False):
     st.caption("Cycles in which so many probes failed at once that the cause was judged to be "
                "shared infrastructure: their results move no environment's state.")
     ui.table([{"at": ui.when(i.at), "kind": i.kind, "failing": f"{i.failing}/{i.total}",
-               "detail": i.detail, "run": i.run_id} for i in recent], key="incidents",
-             empty="No incident recorded.")
+               "held back": i.held_back, "detail": i.detail, "run": i.run_id}
+              for i in recent], key="incidents", empty="No incident recorded.")

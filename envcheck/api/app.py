@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any
@@ -59,6 +60,8 @@ from envcheck.api.models import (
     AllowlistOut,
     EnvironmentOut,
     FieldError,
+    IncidentOut,
+    IncidentsOut,
     KindHealthOut,
     Problem,
     QuarantineChange,
@@ -68,6 +71,7 @@ from envcheck.api.models import (
     ResultOut,
     TransitionOut,
 )
+from envcheck.core.clock import since as since_when
 from envcheck.core.errors import EnvcheckError, StoreError
 from envcheck.feed.allowlist import UnknownSuite, allowlist
 from envcheck.feed.assess import set_quarantine_by_id
@@ -257,6 +261,22 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
         key = f"{request.url.path}?suite={suite or ''}"
         return conditional(request, cache.get(key, generation, build))
 
+    @app.get("/v1/incidents", response_model=IncidentsOut,
+             responses={400: {"model": Problem, "description": "a bad `since`"}},
+             summary="Infrastructure incidents: what failed, which cycle, what was held back")
+    def get_incidents(
+            since: Annotated[str | None, Query(description="an age (24h, 7d) or an ISO 8601 "
+                                               "date or time")] = None,
+            limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> IncidentsOut:
+        start = None
+        if since is not None:
+            try:
+                start = since_when(since, datetime.now(UTC))
+            except ValueError as exc:
+                raise ApiProblem(400, "bad_since", str(exc)) from None
+        rows = [IncidentOut.of(r) for r in store.incidents(limit, since=start)]
+        return IncidentsOut(count=len(rows), incidents=rows)
+
     @app.get("/v1/environments/{env_id}", response_model=EnvironmentOut, responses=_NOT_FOUND,
              summary="An environment's state, per-kind health, history and latest results")
     def get_environment(env_id: str, request: Request,
@@ -264,15 +284,17 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
                                                       description="transitions")] = 20
                         ) -> Response:
         generation = store.generation()
-        suite = store.environment_suite(env_id)
-        if suite is None:
+        record = store.environment_record(env_id)
+        if record is None:
             raise ApiProblem(404, "unknown_environment",
                              f"unknown environment {env_id!r} (never synced from a catalogue)")
-        summary = env_summary(store.env_state(env_id), store.suite(suite))
+        suite = record.suite
+        summary = env_summary(store.env_state(env_id), store.suite(suite), record.retired_at)
         quarantine = summary.quarantine
         doc = EnvironmentOut(
             env_id=env_id, suite=suite, generation=generation, state=str(summary.state),
-            reason=summary.reason, allowed=summary.allowed, image_digest=summary.image_digest,
+            reason=summary.reason, allowed=summary.allowed, retired_at=summary.retired_at,
+            image_digest=summary.image_digest,
             updated_at=summary.updated_at,
             quarantine=QuarantineEntryOut.model_validate(quarantine, from_attributes=True)
             if quarantine is not None else None,

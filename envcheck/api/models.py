@@ -14,7 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from envcheck.core.results import ProbeResult
 from envcheck.feed.allowlist import Allowlist
 from envcheck.health.sprt import KindHealth
-from envcheck.store.tables import QuarantineListing, ResultFields, Transition, TransitionFields
+from envcheck.store.tables import (
+    Incident,
+    IncidentFields,
+    QuarantineListing,
+    ResultFields,
+    Transition,
+    TransitionFields,
+)
 
 __all__ = [
     "AllowlistOut",
@@ -127,6 +134,26 @@ class TransitionOut(TransitionFields):
         return cls(generation=row.id or 0, **fields)
 
 
+class IncidentOut(IncidentFields):
+    """A check cycle judged an infrastructure incident (its fields are the store's): what
+    failed, in which cycle, and what the health model did not count."""
+
+    model_config = _EVERY_FIELD_SHOWN
+
+    id: int
+    run_id: str = Field(description="the check cycle (run) it happened in")
+
+    @classmethod
+    def of(cls, row: Incident) -> IncidentOut:
+        fields = row.model_dump(include=set(IncidentFields.model_fields))
+        return cls(id=row.id or 0, run_id=row.run_id, **fields)
+
+
+class IncidentsOut(_Out):
+    count: int
+    incidents: list[IncidentOut] = Field(description="newest first")
+
+
 class EvidenceOut(_Out):
     """One command a probe ran in the sandbox, with the head and tail of its output."""
 
@@ -164,6 +191,8 @@ class EnvironmentOut(_Out):
     state: str
     reason: str
     allowed: bool = Field(description="in its suite's allowlist now")
+    retired_at: datetime | None = Field(None, description="when it left the daemon's "
+                                        "catalogue (then in no allowlist); null while current")
     image_digest: str | None
     updated_at: datetime | None = Field(description="when the health model last assessed it")
     quarantine: QuarantineEntryOut | None

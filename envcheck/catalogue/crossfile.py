@@ -33,18 +33,23 @@ class CrossFileChecks:
     load: feed it every file with :meth:`scan`, then call :meth:`check_refs`."""
 
     def __init__(self) -> None:
-        self.first: dict[tuple[str, str], tuple[str, KeyPath, str]] = {}  # -> file, path, where
+        self.first: dict[tuple[str, str], tuple[SourceDoc, KeyPath]] = {}
         self.refs: dict[tuple[str, KeyPath], tuple[SourceDoc, str]] = {}
 
     def claim(self, doc: SourceDoc, kind: str, path: KeyPath, ident: str) -> bool:
         """Record the first place an id is defined; report any later one."""
-        here = (doc.file, path, doc.issue(path, "").location())
-        first = self.first.setdefault((kind, ident), here)
-        if first[:2] != here[:2]:
+        first_doc, first_path = self.first.setdefault((kind, ident), (doc, path))
+        if (first_doc.file, first_path) != (doc.file, path):
             doc.issues.append(doc.issue(path, f"duplicate {kind} id {ident!r} "
-                                              f"(first in {first[2]})"))
+                                              f"(first in {self.where(kind, ident)})"))
             return False
         return True
+
+    def where(self, kind: str, ident: str) -> str:
+        """``file:line`` of the first definition of a claimed id (its line is looked up only
+        now: a document read without lines is read again for it)."""
+        doc, path = self.first[(kind, ident)]
+        return doc.issue(path, "").location()
 
     def scan(self, doc: SourceDoc) -> bool:
         """Check one file's ids and collect its references; False if an id is taken."""

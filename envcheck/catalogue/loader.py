@@ -161,7 +161,9 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
                                 environment_ids=tuple(e.id for e in entry.environments),
                                 file=str(file)))
     read = _expand_datasets(datasets, defaults, checks, environments, per_file)
-    members = {s.id: [e.id for e in environments if e.suite == s.id] for s in suites}
+    members: dict[str, list[str]] = {s.id: [] for s in suites}
+    for env in environments:
+        members[env.suite].append(env.id)
     suites = [s.model_copy(update={"environment_ids": tuple(members[s.id])}) for s in suites]
     checks.check_refs()
     issues = [i for found in per_file for i in sorted(found, key=lambda i: i.line or 0)]
@@ -178,8 +180,9 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                      per_file: list[list[CatalogueIssue]]) -> list[str]:
     """Expand every dataset into ``environments`` (ids unique across the catalogue), its
     problems into ``per_file``; returns the dataset files read."""
-    taken = {ident: where for (kind, ident), (_, _, where) in checks.first.items()
-             if kind == "environment"}
+    # None: defined in a catalogue file, located (checks.where) only for a duplicate
+    taken: dict[str, str | None] = {ident: None for kind, ident in checks.first
+                                    if kind == "environment"}
     read: list[str] = []
     for doc, i, entry in datasets:
         where: KeyPath = ("datasets", i)
@@ -196,6 +199,8 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
         for env, (_, file, line, key) in zip(found.environments, found.origins, strict=True):
             here = f"{file}:{line}" if line is not None else f"{file} {key}".rstrip()
             first = taken.setdefault(env.id, here)
+            if first is None:
+                first = taken[env.id] = checks.where("environment", env.id)
             if first != here:
                 found.issue(file, line, key, f"duplicate environment id {env.id!r} "
                                              f"(first in {first})")

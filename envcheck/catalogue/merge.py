@@ -8,6 +8,7 @@ are replaced whole, and so is ``tests.oracle`` (a script replaces a default path
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -19,26 +20,39 @@ __all__ = ["merge_models", "resolve_environment"]
 M = TypeVar("M", bound=BaseModel)
 
 
+@cache
+def _field_names(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(model.model_fields)
+
+
 def merge_models(base: M, over: M) -> M:
     """``over``'s explicitly set fields win; nested models merge key by key."""
+    return type(base).model_validate(_merged(base, over))
+
+
+def _merged(base: BaseModel, over: BaseModel) -> dict[str, Any]:
+    """The fields of ``base``'s model set in either: ``over``'s win, nested models merged."""
     values: dict[str, Any] = {}
-    for name in type(base).model_fields:
-        mine, theirs = getattr(over, name), getattr(base, name)
-        if name in over.model_fields_set:
+    set_over, set_base = over.model_fields_set, base.model_fields_set
+    for name in _field_names(type(base)):
+        if name in set_over:
+            mine = getattr(over, name)
+            theirs = getattr(base, name)
             if (isinstance(mine, BaseModel) and isinstance(theirs, BaseModel)
                     and not getattr(mine, "merge_whole", False)):
                 mine = merge_models(theirs, mine)
             values[name] = mine
-        elif name in base.model_fields_set:
-            values[name] = theirs
-    return type(base).model_validate({**values})
+        elif name in set_base:
+            values[name] = getattr(base, name)
+    return values
 
 
 def resolve_environment(suite_id: str, defaults: EnvironmentSettings,
                         entry: EnvironmentEntry) -> Environment:
     """The environment ``entry`` of suite ``suite_id`` with the suite's ``defaults`` applied."""
-    merged = merge_models(defaults, EnvironmentSettings.model_validate(
-        {k: getattr(entry, k) for k in entry.model_fields_set if k not in ("id", "image")}
-    ))
-    fields = {k: getattr(merged, k) for k in EnvironmentSettings.model_fields}
-    return Environment(id=entry.id, image=entry.image, suite=suite_id, **fields)
+    values = _merged(defaults, entry)  # the settings' fields only: not id nor image
+    # Every field given (an unset one as its default): validated once, into the one model.
+    fields = {k: values[k] if k in values else getattr(defaults, k)
+              for k in _field_names(EnvironmentSettings)}
+    return Environment.model_validate({**fields, "id": entry.id, "image": entry.image,
+                                       "suite": suite_id})

@@ -5,6 +5,10 @@ mappings are built here from the composed node tree. Keys are kept as the text w
 (``on:`` stays ``"on"``, ``1:`` stays ``"1"``), so two keys are equal only if they read the
 same. Merge keys (``<<: *anchor``) work as in PyYAML: explicit keys win over merged ones.
 
+Lines cost: reading a 10,000-environment catalogue with them takes seconds, so
+:func:`load_yaml` reads the values first from the parser's events (:mod:`.yamlvalues`, which
+gives up on anything reported here) and finds the lines only when a problem asks for one.
+
 A file is hostile until measured: its size is checked by ``stat`` before a byte is read (and
 only regular files are opened, never blocking on a FIFO), and the node count and nesting depth
 while it is composed, so that a huge or deeply nested file is refused early with a message
@@ -24,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from envcheck.catalogue.yamlvalues import read_values
 from envcheck.core.errors import CatalogueIssue
 
 __all__ = ["KeyPath", "SourceDoc", "SourceLimits", "file_kind", "format_path", "load_yaml",
@@ -171,15 +176,33 @@ def format_path(path: KeyPath) -> str:
 class SourceDoc:
     file: str
     data: Any = None
-    lines: dict[KeyPath, int] = field(default_factory=dict)
     issues: list[CatalogueIssue] = field(default_factory=list)
     parsed: bool = False
     """True once the YAML was read into ``data``: issues so far do not hide the rest."""
+    _lines: dict[KeyPath, int] | None = field(default_factory=dict, repr=False)
+    _source: tuple[str, SourceLimits] | None = field(default=None, repr=False)
+
+    @property
+    def lines(self) -> dict[KeyPath, int]:
+        """The line of every key path; for a document read without lines, read again the
+        first time one is asked for (a problem to report)."""
+        if self._lines is None:
+            text, limits = self._source or ("", SourceLimits())
+            lines: dict[KeyPath, int] = {}
+            if read_values(text, limits.max_nodes, limits.max_depth, lines=lines) is None:
+                lines = _load_with_lines(self.file, text, limits).lines  # aliases, merges
+            self._lines, self._source = lines, None
+        return self._lines
+
+    @lines.setter
+    def lines(self, value: dict[KeyPath, int]) -> None:
+        self._lines, self._source = value, None
 
     def line_of(self, path: KeyPath) -> int | None:
         """Line of the longest prefix of ``path`` present in the file (1-based)."""
+        lines = self.lines
         for end in range(len(path), -1, -1):
-            line = self.lines.get(tuple(path[:end]))
+            line = lines.get(tuple(path[:end]))
             if line is not None:
                 return line
         return None
@@ -259,7 +282,11 @@ class _Builder:
             doc.issues.append(doc.issue(path, "an alias refers to a node that contains it"))
             return None
         if isinstance(node, yaml.ScalarNode):
-            return self.loader.construct_object(node, deep=True)
+            try:
+                return self.loader.construct_object(node, deep=True)
+            except ValueError as exc:  # a timestamp that matches the pattern, not the calendar
+                doc.issues.append(doc.issue(path, f"cannot read {node.value!r}: {exc}"))
+                return None
         if node.tag not in _PLAIN_TAGS:
             doc.issues.append(doc.issue(path, f"unsupported YAML tag {node.tag!r}"))
         self.active.add(id(node))
@@ -330,11 +357,25 @@ class _Builder:
                         self.doc.lines.setdefault(sub, line)
 
 
-def load_yaml(file: str, text: str, limits: SourceLimits | None = None) -> SourceDoc:
+def load_yaml(file: str, text: str, limits: SourceLimits | None = None, *,
+              lines: bool = False) -> SourceDoc:
     """Read one YAML document; syntax errors and limits reached become issues, never
-    exceptions."""
-    doc = SourceDoc(file)
+    exceptions.
+
+    The values are read first without lines, at C speed (:mod:`.yamlvalues`); the lines of
+    a document read so are found when a problem asks for one. A document that reader gives
+    up on, or ``lines=True``, is read with its lines at once.
+    """
     limits = limits or SourceLimits()
+    if not lines:
+        values = read_values(text, limits.max_nodes, limits.max_depth)
+        if values is not None:
+            return SourceDoc(file, values[0], parsed=True, _lines=None, _source=(text, limits))
+    return _load_with_lines(file, text, limits)
+
+
+def _load_with_lines(file: str, text: str, limits: SourceLimits) -> SourceDoc:
+    doc = SourceDoc(file)
     try:
         loader = _Loader(text, limits)
     except yaml.reader.ReaderError as exc:

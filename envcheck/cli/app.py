@@ -31,17 +31,25 @@ from envcheck.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_USAGE,
+    KEEP,
     CataloguePaths,
     Database,
+    KeepDaily,
+    KeepFailures,
+    KeepHourly,
+    KeepPasses,
     config_error_exit,
     err,
     load_or_exit,
     open_store_or_exit,
     out,
+    retention_or_exit,
     store_url_or_exit,
 )
 from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
+from envcheck.cli.history import incidents, retired
+from envcheck.cli.store import store_app
 from envcheck.core.errors import ConfigError, StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.kind import ExecutorKind
@@ -444,15 +452,20 @@ def accept_schema(
 @app.command()
 def daemon(
     paths: CataloguePaths,
-    host: Annotated[str, typer.Option(help="listen address of the HTTP port")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="API, /metrics, /healthz, /readyz")] = 8787,
-    concurrency: Annotated[int, typer.Option(min=1, max=256,
+    # Every option has a variable too: a container or a service unit configures the daemon
+    # by its environment (images/envcheck/, README "Deploy").
+    host: Annotated[str, typer.Option(envvar="ENVCHECK_HOST",
+                                      help="listen address of the HTTP port")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="ENVCHECK_PORT",
+                                      help="API, /metrics, /healthz, /readyz")] = 8787,
+    concurrency: Annotated[int, typer.Option(min=1, max=256, envvar="ENVCHECK_CONCURRENCY",
                                              help="sandboxes at once, in all")] = 2,
     executor: Executor = ExecutorKind.LOCAL,
     ray_address: RayAddress = None,
-    per_image: Annotated[int | None, typer.Option(min=1, help="sandboxes at once per image")
-                         ] = None,
-    window: Annotated[float, typer.Option(min=1.0, help="seconds per assessed window")] = 60.0,
+    per_image: Annotated[int | None, typer.Option(min=1, envvar="ENVCHECK_PER_IMAGE",
+                                                  help="sandboxes at once per image")] = None,
+    window: Annotated[float, typer.Option(min=1.0, envvar="ENVCHECK_WINDOW",
+                                          help="seconds per assessed window")] = 60.0,
     database: Database = None,
     log_level: Annotated[str, typer.Option(envvar="ENVCHECK_LOG_LEVEL")] = "info",
     webhooks_file: Annotated[Path | None, typer.Option(
@@ -462,10 +475,18 @@ def daemon(
         envvar="ENVCHECK_WEBHOOK", help="also alert this URL (repeatable); command lines are "
         "visible to all users: put URLs with tokens in --webhooks-file")] = None,
     webhook_format: Annotated[Literal["alertmanager", "slack"], typer.Option(
+        envvar="ENVCHECK_WEBHOOK_FORMAT",
         help="payload of the --webhook URLs")] = "alertmanager",
     external_url: Annotated[str | None, typer.Option(
         envvar="ENVCHECK_EXTERNAL_URL",
         help="this daemon's URL in alert links (default: http://HOST:PORT)")] = None,
+    prune_every: Annotated[float, typer.Option(
+        envvar="ENVCHECK_PRUNE_EVERY", min=0.0, metavar="SECONDS",
+        help="prune the store this often (0: never; see envcheck store prune)")] = 3600.0,
+    keep_passes: KeepPasses = KEEP.passes_days,
+    keep_failures: KeepFailures = KEEP.others_days,
+    keep_hourly: KeepHourly = KEEP.hourly_days,
+    keep_daily: KeepDaily = KEEP.daily_days,
     metrics_series: Annotated[Literal["environment", "suite"], typer.Option(
         envvar="ENVCHECK_METRICS_SERIES", help="/metrics series per environment and per "
         "suite, or per suite alone (a large fleet: alerts.yaml has per-suite variants)")
@@ -486,6 +507,7 @@ def daemon(
     # Every setting is checked here, before the engine, the store, the scheduler or the HTTP
     # port is touched: bad input exits 2 with one line each, and nothing has started.
     _load(paths)
+    retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
     try:  # read once, here: a missing secret stops the start, not the first alert
         hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
     except WebhookConfigError as exc:
@@ -504,6 +526,7 @@ def daemon(
                           per_image=per_image, window_s=window,
                           database=store_url_or_exit(database),
                           webhooks=hooks, external_url=external_url, api_token=token,
+                          retention=retention, prune_every_s=prune_every,
                           metrics_series=metrics_series)
     try:
         code = run_daemon(config)
@@ -514,8 +537,11 @@ def daemon(
 
 
 app.command()(gate)
+app.command()(incidents)
+app.command()(retired)
 app.command()(dashboard)
 app.add_typer(quarantine_app, name="quarantine")
+app.add_typer(store_app, name="store")
 
 
 def main() -> None:

@@ -18,15 +18,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from envcheck.core.errors import CatalogueError, ConfigError, StoreError
+from envcheck.store.retention import Retention
 
 if TYPE_CHECKING:
     from envcheck.catalogue.models import Catalogue
     from envcheck.store import Store
     from envcheck.store.direct import DirectReader
 
-__all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "CataloguePaths", "Database",
-           "config_error_exit", "err", "exit_on_store_error", "load_or_exit", "open_feed_or_exit",
-           "open_store_or_exit", "out", "store_url_or_exit"]
+__all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "KEEP", "CataloguePaths",
+           "Database", "KeepDaily", "KeepFailures", "KeepHourly", "KeepPasses", "config_error_exit",
+           "err", "exit_on_store_error", "load_or_exit", "open_feed_or_exit", "open_store_or_exit",
+           "out", "retention_or_exit", "store_url_or_exit"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -35,6 +37,21 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 Database = Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
                                               help="store URL (default: SQLite)")]
 CataloguePaths = Annotated[list[Path], typer.Argument(help="catalogue files or folders")]
+# How long the store keeps what (envcheck store prune, and the daemon's hourly prune).
+KEEP = Retention()  # the defaults
+KeepPasses = Annotated[float, typer.Option(
+    "--keep-passes", envvar="ENVCHECK_KEEP_PASSES", metavar="DAYS",
+    help="days clean passes stay as raw results")]
+KeepFailures = Annotated[float, typer.Option(
+    "--keep-failures", envvar="ENVCHECK_KEEP_FAILURES", metavar="DAYS",
+    help="days failures, flaky, errors and degraded passes stay as raw results, with their "
+         "evidence")]
+KeepHourly = Annotated[float, typer.Option(
+    "--keep-hourly", envvar="ENVCHECK_KEEP_HOURLY", metavar="DAYS",
+    help="days hour rollups are kept")]
+KeepDaily = Annotated[float, typer.Option(
+    "--keep-daily", envvar="ENVCHECK_KEEP_DAILY", metavar="DAYS",
+    help="days day rollups are kept")]
 
 err = Console(stderr=True)
 out = Console()
@@ -56,6 +73,17 @@ def config_error_exit(exc: ConfigError) -> typer.Exit:
     """Print a configuration error as one line; the exit (2) for the caller to raise."""
     err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
+
+
+def retention_or_exit(passes: float, failures: float, hourly: float, daily: float
+                      ) -> Retention:
+    """The retention these ``--keep-*`` options ask for, or one line and exit 2."""
+    try:
+        return Retention(passes, failures, hourly, daily)
+    except ValueError as exc:
+        err.print(f"[red]error[/red] retention: {escape(str(exc))}", highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def store_url_or_exit(url: str | None) -> str:

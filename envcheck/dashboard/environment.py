@@ -40,6 +40,7 @@ class EnvironmentView:
     fail_to_pass: tuple[str, ...] = ()
     pass_to_pass: tuple[str, ...] = ()
     data_sources: tuple[str, ...] = ()
+    retired_at: datetime | None = None  # left the daemon's catalogue
 
     @property
     def quarantined(self) -> bool:
@@ -51,7 +52,8 @@ def environment_view(store: Store, env_id: str) -> EnvironmentView | None:
     record = store.environment_record(env_id)
     if record is None:
         return None
-    summary = env_summary(store.env_state(env_id), store.suite(record.suite))
+    summary = env_summary(store.env_state(env_id), store.suite(record.suite),
+                          record.retired_at)
     tests = record.spec.get("tests") or {}
     return EnvironmentView(
         env_id=env_id, suite=record.suite, image=record.image, state=str(summary.state),
@@ -60,7 +62,8 @@ def environment_view(store: Store, env_id: str) -> EnvironmentView | None:
         kinds=tuple(sorted(summary.kinds, key=lambda k: str(k.kind))),
         fail_to_pass=tuple(tests.get("fail_to_pass") or ()),
         pass_to_pass=tuple(tests.get("pass_to_pass") or ()),
-        data_sources=tuple(record.spec.get("data_sources") or ()))
+        data_sources=tuple(record.spec.get("data_sources") or ()),
+        retired_at=record.retired_at)
 
 
 def window_rates(lines: Sequence[ResultLine]) -> dict[str, tuple[int, int, float, float]]:

@@ -11,6 +11,7 @@ from typing import Literal
 
 from envcheck.health.quarantine import allowed_count
 from envcheck.store import Store
+from envcheck.store.tables import Incident
 from envcheck.store.views.fleet import SuiteOverview
 
 __all__ = [
@@ -102,17 +103,6 @@ def heat_cells(store: Store, newest_at: datetime | None, env_ids: Sequence[str],
             for (env, at, label), c in sorted(counts.items(), key=lambda kv: kv[0][1])]
 
 
-@dataclass(frozen=True, slots=True)
-class Incident:
-    id: int
-    run_id: str
-    at: datetime
-    kind: str
-    failing: int
-    total: int
-    detail: str
-
 def incident_list(store: Store, limit: int = 20) -> list[Incident]:
     """The newest cycles judged infrastructure incidents, newest first."""
-    return [Incident(r.id or 0, r.run_id, r.at, r.kind, r.failing, r.total, r.detail)
-            for r in store.incidents(limit)]
+    return [Incident.model_validate(r.model_dump()) for r in store.incidents(limit)]

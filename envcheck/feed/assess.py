@@ -21,15 +21,20 @@ from envcheck.health.sprt import EnvHealth, HealthPolicy, assess_env
 from envcheck.store import Store
 from envcheck.store.tables import EnvStateRow, TransitionRow
 
+HELD_BACK_SHOWN = 50  # failing results an incident names; the count says how many in all
+
 __all__ = [
+    "HELD_BACK_SHOWN",
     "CycleOutcome",
     "InfraGuard",
     "StoreAssessment",
     "assess_cycle",
     "cycle_incident",
     "evaluate",
+    "held_back",
     "previous_statuses",
     "set_quarantine_by_id",
+    "sync_fleet",
 ]
 
 
@@ -67,6 +72,14 @@ def cycle_incident(results: Sequence[ProbeResult], previous: Previous, guard: In
         return ("failure_storm", len(flipped), len(was_passing),
                 f"{len(flipped)} of {len(was_passing)} probes that passed before failed at once")
     return None
+
+
+def held_back(results: Sequence[ProbeResult]) -> tuple[int, list[dict[str, str]]]:
+    """What an incident keeps from the health model: how many results, and the failing ones
+    (the first :data:`HELD_BACK_SHOWN`), whose environments' states stood still."""
+    failing = [r for r in results if r.status in (Status.FAIL, Status.FLAKY, Status.ERROR)]
+    return len(results), [{"env_id": r.env_id, "kind": str(r.kind), "status": str(r.status),
+                           "reason": str(r.reason)} for r in failing[:HELD_BACK_SHOWN]]
 
 
 def _entry(row: EnvStateRow | None) -> QuarantineEntry | None:
@@ -152,7 +165,7 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
     """
     incident = cycle_incident(results, before, guard or InfraGuard())
     if incident is not None:
-        store.record_incident(run_id, *incident)
+        store.record_incident(run_id, *incident, *held_back(results))
     transitions = evaluate(store, envs, policy)
     directory = export_dir or default_export_dir()
     # exports change only with a transition (or a first run); rewriting 10,000-line files
@@ -160,6 +173,17 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
     if transitions or not (directory / "quarantine.json").exists():
         write_exports(store, directory)
     return CycleOutcome(incident, transitions)
+
+
+def sync_fleet(store: Store, envs: Sequence[Environment], export_dir: Path | None = None,
+               now: datetime | None = None) -> list[TransitionRow]:
+    """Reinstate the retired environments ``envs`` names, retire the current ones it does
+    not; rewrite the exports if anything moved. The transitions, returns first."""
+    ids = [e.id for e in envs]
+    moved = store.reinstate(ids, now) + store.retire_absent(ids, now)
+    if moved:
+        write_exports(store, export_dir or default_export_dir())
+    return moved
 
 
 class StoreAssessment:
@@ -176,3 +200,8 @@ class StoreAssessment:
 
     def catch_up(self, envs: Sequence[Environment]) -> list[TransitionRow]:
         return evaluate(self._store, envs)
+
+    def fleet(self, envs: Sequence[Environment]) -> list[TransitionRow]:
+        """The daemon's catalogue is the fleet: environments it names again come back, those
+        it no longer names retire (each with a transition); the exports follow."""
+        return sync_fleet(self._store, envs, self._export_dir)

@@ -27,15 +27,18 @@ class EnvSummary:
     updated_at: datetime | None  # when the health model last assessed it
     quarantine: QuarantineListing | None
     kinds: tuple[KindHealth, ...]  # as the health model last assessed them, in stored order
+    retired_at: datetime | None = None  # left the daemon's catalogue: in no allowlist
 
 
-def env_summary(row: EnvStateRow | None, suite: SuiteRow | None) -> EnvSummary:
-    """An environment's summary from its state row (None: never assessed) and its suite (None:
-    not synced, so nothing degraded is allowed)."""
+def env_summary(row: EnvStateRow | None, suite: SuiteRow | None,
+                retired_at: datetime | None = None) -> EnvSummary:
+    """An environment's summary from its state row (None: never assessed), its suite (None:
+    not synced, so nothing degraded is allowed) and when it retired (then never allowed)."""
     now = standing(row, suite is not None and suite.allow_degraded)
+    allowed = now.allowed and retired_at is None
     if row is None:
-        return EnvSummary(now.state, now.reason, now.allowed, None, None, None, ())
+        return EnvSummary(now.state, now.reason, allowed, None, None, None, (), retired_at)
     return EnvSummary(
-        now.state, now.reason, now.allowed, row.image_digest, row.updated_at,
+        now.state, now.reason, allowed, row.image_digest, row.updated_at,
         QuarantineListing.of(row) if now.quarantined else None,
-        tuple(KindHealth.from_json(k, v) for k, v in row.kinds.items()))
+        tuple(KindHealth.from_json(k, v) for k, v in row.kinds.items()), retired_at)

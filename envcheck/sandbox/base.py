@@ -17,6 +17,7 @@ from envcheck.catalogue.models import Limits
 from envcheck.core.results import CommandEvidence
 
 __all__ = [
+    "ENGINE_DEFAULT_CAPABILITIES",
     "CappedOutput",
     "ExecResult",
     "Sandbox",
@@ -112,6 +113,18 @@ class SandboxSpec:
     # Docker network mode. Only the data-source probe's in-sandbox containers ever set it,
     # to a network the catalogue names explicitly; every other sandbox has no network.
     network: str = "none"
+    # Capabilities added back after every one is dropped. Empty for envcheck's own probes; a
+    # protocol that runs its tasks with the engine's defaults (Harbor) asks for those, so its
+    # root verifier can do what it does there (overwrite a file its agent made read-only).
+    capabilities: tuple[str, ...] = ()
+
+
+# What a Docker container gets when nobody drops or adds a capability: the set a harness that
+# leaves them alone (Harbor's) runs its tasks with.
+ENGINE_DEFAULT_CAPABILITIES = (
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+)
 
 
 class TtySession(Protocol):

@@ -70,14 +70,45 @@ FLOOD_LIMIT = 256 * 1024 * 1024
 _RECV = 64 * 1024
 
 
+# A sandbox whose owner runs in another PID namespace of this host (envcheck in a container
+# of its own) cannot be judged alive or dead from here; once older than any probe could run,
+# it is a leftover all the same.
+FOREIGN_LEFTOVER_AGE_S = 24 * 3600
+
+
+def _where() -> str:
+    """This host and PID namespace: pids mean something only within one namespace (a daemon in
+    a container with a private one sees none of the host's processes)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").rstrip("]")
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}@{namespace}"
+
+
 def _process_token(pid: int) -> str | None:
-    """host:pid:start-time: names one process, immune to pid reuse."""
+    """host@pid-namespace:pid:start-time: names one process, immune to pid reuse."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
             start = f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
-    return f"{socket.gethostname()}:{pid}:{start}"
+    return f"{_where()}:{pid}:{start}"
+
+
+def leftover(owner: str, age_s: float) -> bool:
+    """Is a sandbox labelled with ``owner``, created ``age_s`` ago, a leftover to remove? Its
+    owner ran here (this namespace, or a label naming the host alone, as older envchecks
+    wrote) and is gone; or it runs in another PID namespace of this host and the sandbox has
+    outlived any probe. Another host's sandboxes are that host's to judge."""
+    where, _, process = owner.partition(":")
+    pid = process.split(":", 1)[0]
+    if where in (_where(), socket.gethostname()):
+        alive = pid.isdigit() and (_process_token(int(pid)) or "").endswith(f":{process}")
+        return not alive
+    if where.split("@", 1)[0] == socket.gethostname():
+        return age_s > FOREIGN_LEFTOVER_AGE_S
+    return False
 
 
 @contextmanager
@@ -156,7 +187,7 @@ class DockerRuntime:
         self._client = client
         self._host = host  # where the engine listens, to try before the SDK does
         self._flood_limit = flood_limit
-        self._owner = _process_token(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}"
+        self._owner = _process_token(os.getpid()) or f"{_where()}:{os.getpid()}"
         self._tag = os.environ.get("ENVCHECK_CONTAINER_TAG", "")
         self._id = uuid.uuid4().hex
         self._lock = threading.Lock()
@@ -308,6 +339,7 @@ class DockerRuntime:
             "detach": True,
             "network_mode": spec.network,
             "cap_drop": ["ALL"],
+            **({"cap_add": list(spec.capabilities)} if spec.capabilities else {}),
             "security_opt": ["no-new-privileges:true"],
             "pids_limit": limits.pids,
             "mem_limit": f"{limits.memory_mb}m",
@@ -357,15 +389,11 @@ class DockerRuntime:
         reaped = 0
         with _engine_errors():
             found = self._client.api.containers(all=True, filters={"label": LABEL_MANAGED})
+        now = time.time()
         for info in found:
             owner = info.get("Labels", {}).get(LABEL_OWNER, "")
-            host, _, rest = owner.partition(":")
-            pid = rest.split(":", 1)[0]
-            if host == socket.gethostname() and pid.isdigit():
-                if _process_token(int(pid)) == owner:
-                    continue  # its process still runs: in-flight work, not a leftover
-            elif host != socket.gethostname():
-                continue  # another host's client shares this engine
+            if not leftover(owner, now - float(info.get("Created") or now)):
+                continue  # in-flight work, or another host's or namespace's
             self._remove(info["Id"])
             reaped += 1
         if reaped:

@@ -26,6 +26,7 @@ thread, no pool), workers sleep on a condition, and an empty window costs one qu
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import threading
@@ -40,17 +41,21 @@ from apscheduler.executors.base import BaseExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy import func
 from sqlalchemy import select as sa_select
+from sqlalchemy.exc import SQLAlchemyError
 
 from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.errors import StoreError
-from envcheck.core.results import Previous, ProbeKind, ProbeResult
+from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
 from envcheck.schedule.workqueue import Key, Work, WorkQueue
 from envcheck.store import Store
+from envcheck.store.core_tables import RESULTS, RUNS, STATES
 from envcheck.store.pending import DEFAULT_LIMIT, PendingWrites, store_reason
-from envcheck.store.tables import CheckRun, ProbeResultRow, RunState, TransitionRow
+from envcheck.store.sql import operation_failed
+from envcheck.store.tables import RunState, TransitionRow
 
 __all__ = ["ProbeScheduler", "SchedulerStats"]
 
@@ -86,6 +91,11 @@ class Assessment(Protocol):
 
     def catch_up(self, envs: Sequence[Environment]) -> Sized: ...
 
+    def fleet(self, envs: Sequence[Environment]) -> Sized:
+        """``envs`` is the whole fleet now: retire the environments it no longer names,
+        bring back those it names again."""
+        ...
+
 
 @dataclass(eq=False)
 class Window:
@@ -111,18 +121,35 @@ def _epoch(at: datetime) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
+def _rows(store: Store, query: Any) -> list[Any]:
+    """A read of a few columns over the whole fleet as plain rows: 10,000 ORM objects with
+    their JSON columns would take most of a second, at start and at every window."""
+    try:
+        with store.engine.connect() as conn:
+            return list(conn.execute(query))
+    except SQLAlchemyError as exc:
+        raise operation_failed(exc) from exc
+
+
 def _unassessed_env_ids(store: Store) -> set[str]:
     """Environments with results in interrupted runs: nobody assessed those runs.
 
     A superset over time (assessing again changes nothing), bounded by the fleet.
     """
-    results: Any = ProbeResultRow.__table__  # type: ignore[attr-defined]
-    runs: Any = CheckRun.__table__  # type: ignore[attr-defined]
-    query = (sa_select(results.c.env_id).distinct()
-             .join(runs, runs.c.id == results.c.run_id)
-             .where(runs.c.state == RunState.INTERRUPTED.value))
-    with store.engine.connect() as conn:
-        return {row[0] for row in conn.execute(query)}
+    query = (sa_select(RESULTS.c.env_id).distinct()
+             .join(RUNS, RUNS.c.id == RESULTS.c.run_id)
+             .where(RUNS.c.state == RunState.INTERRUPTED.value))
+    return {row[0] for row in _rows(store, query)}
+
+
+def _latest_outcomes(store: Store) -> list[Any]:
+    """(env_id, kind, status, started_at) of the latest result of every environment and
+    kind (by started_at, then id)."""
+    rank = func.row_number().over(partition_by=(RESULTS.c.env_id, RESULTS.c.kind),
+                                  order_by=(RESULTS.c.started_at.desc(), RESULTS.c.id.desc()))
+    names = ("env_id", "kind", "status", "started_at")
+    ranked = sa_select(*(RESULTS.c[n] for n in names), rank.label("rank")).subquery()
+    return _rows(store, sa_select(*(ranked.c[n] for n in names)).where(ranked.c.rank == 1))
 
 
 class _EnqueueExecutor(BaseExecutor):  # type: ignore[misc]
@@ -201,10 +228,12 @@ class ProbeScheduler:
     def start(self) -> None:
         self._store.sync_suites(self._catalogue.suites)
         self._store.sync_environments(self._catalogue.environments)
+        self._fleet(self._catalogue)
         self._refresh_states()
-        for r in self._store.latest_results():
-            self._last[(r.env_id, r.kind)] = r.status
-            self._last_at[(r.env_id, r.kind)] = _epoch(r.started_at)
+        for env_id, kind, status, started_at in _latest_outcomes(self._store):
+            key = (env_id, ProbeKind(kind))
+            self._last[key] = Status(status)
+            self._last_at[key] = _epoch(started_at)
         with self._lock:
             self._window = Window()
         with self._jobs_lock:
@@ -262,36 +291,49 @@ class ProbeScheduler:
     def reload(self, catalogue: Catalogue) -> None:
         """Swap the catalogue (SIGHUP): jobs of removed environments go, new ones are added,
         changed schedules are replaced, the rest keep their timing; in-flight work finishes,
-        queued work of a removed environment is dropped."""
+        queued work of a removed environment is dropped. Only what changed is touched: the
+        store's rows and the jobs of environments added, removed or defined anew."""
         with self._jobs_lock:
+            old = self._envs
+            envs = {env.id: env for env in catalogue.environments}
+            changed = [env for env in catalogue.environments if old.get(env.id) != env]
+            renewed = {env.id for env in changed}
             self._catalogue = catalogue
             if self._build_services is not None:
                 self._services = self._build_services(catalogue, self._store)
             self._store.sync_suites(catalogue.suites)
-            self._store.sync_environments(catalogue.environments)
+            self._store.sync_environments(changed, seen=[e for e in envs if e not in renewed])
+            self._fleet(catalogue)
             with self._lock:
-                self._envs = {env.id: env for env in catalogue.environments}
+                self._envs = envs
             if self._stopping.is_set():
                 return
-            wanted: dict[str, tuple[Environment, ProbeKind]] = {
-                f"{env.id}:{kind}": (env, kind)
-                for env in catalogue.environments for kind in env.declared_kinds()}
             removed = added = 0
-            keep: set[str] = set()
-            for job in self.jobs():
-                target = wanted.get(job.id)
-                if target is not None and self._same_trigger(job, *target):
-                    keep.add(job.id)
-                else:
-                    job.remove()
-                    self._intervals.pop((job.args[0], job.args[1]), None)
-                    removed += 1
+            for env_id in old.keys() - envs.keys():
+                for kind in old[env_id].declared_kinds():
+                    removed += self._unschedule(env_id, kind)
             now = time.time()
-            for job_id, (env, kind) in wanted.items():
-                if job_id not in keep:
+            for env in changed:  # added, or defined anew
+                kinds = env.declared_kinds()
+                before = old.get(env.id)
+                for kind in before.declared_kinds() if before is not None else []:
+                    if kind not in kinds:
+                        removed += self._unschedule(env.id, kind)
+                for kind in kinds:
+                    job = self._aps.get_job(f"{env.id}:{kind}")
+                    if job is not None and self._same_trigger(job, env, kind):
+                        continue  # the same schedule keeps its timing
+                    removed += self._unschedule(env.id, kind)
                     added += self._schedule(env, kind, now)
         log.info("jobs reloaded", extra={"environments": len(catalogue.environments),
+                                              "changed": len(changed),
                                               "jobs_added": added, "jobs_removed": removed})
+
+    def _fleet(self, catalogue: Catalogue) -> None:
+        moved = len(self._assessment.fleet(catalogue.environments))
+        if moved:
+            log.info("fleet changed: environments retired or back",
+                     extra={"transitions": moved})
 
     def _catch_up(self) -> None:
         """Assess the results a killed daemon (or an interrupted ``envcheck check``) left
@@ -306,7 +348,7 @@ class ProbeScheduler:
             batch = envs[i:i + CATCH_UP_BATCH]
             transitions += len(self._assessment.catch_up(batch))
             done += len(batch)
-        if not self._stopping.is_set():
+        if done and not self._stopping.is_set():  # else the states read at start hold
             self._reschedule(self._refresh_states())
         log.info("unassessed results assessed", extra={
             "environments": done, "of": len(envs), "transitions": transitions,
@@ -317,9 +359,11 @@ class ProbeScheduler:
     def _refresh_states(self) -> set[str]:
         """Re-read states; the environments whose quarantine changed."""
         generation = self._store.generation()
-        rows = self._store.env_states()
-        quarantined = {r.env_id for r in rows if r.quarantined}
-        suspect = {r.env_id for r in rows if r.state in ("degraded", "flaky", "broken")}
+        rows = _rows(self._store, sa_select(STATES.c.env_id, STATES.c.state,
+                                            STATES.c.quarantined))
+        quarantined = {env_id for env_id, _, q in rows if q}
+        suspect = {env_id for env_id, state, _ in rows if state in ("degraded", "flaky",
+                                                                     "broken")}
         with self._lock:
             changed = quarantined ^ self._quarantined
             self._quarantined, self._suspect = quarantined, suspect
@@ -354,6 +398,15 @@ class ProbeScheduler:
                           args=(env.id, kind), id=job_id, replace_existing=True,
                           next_run_time=datetime.fromtimestamp(first, UTC))
         self._intervals[(env.id, kind)] = interval
+        return 1
+
+    def _unschedule(self, env_id: str, kind: ProbeKind) -> int:
+        """Remove the job of (env, kind), if there is one; 1 if there was."""
+        self._intervals.pop((env_id, kind), None)
+        job = self._aps.get_job(f"{env_id}:{kind}")
+        if job is None:
+            return 0
+        job.remove()
         return 1
 
     def _priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
@@ -579,3 +632,8 @@ class ProbeScheduler:
     def jobs(self) -> list[Any]:
         """The (environment, kind) jobs."""
         return [job for job in self._aps.get_jobs() if job.id not in (WINDOW_JOB, CATCH_UP_JOB)]
+
+
+# APScheduler checks a job's callable against its arguments at every add_job through
+# inspect.signature (most of the cost of scheduling 10,000 jobs at start): computed once here.
+ProbeScheduler._due.__signature__ = inspect.signature(ProbeScheduler._due)  # type: ignore[attr-defined]

@@ -49,6 +49,21 @@ class StoreAccess:
             yield conn
 
     @contextlib.contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """A connection whose reads all see one state of the store, whatever commits
+        meanwhile (a prune moving results into the rollups): PostgreSQL's repeatable read,
+        SQLite's read transaction. Not under the store's lock: it may read for long."""
+        try:
+            with self._engine.connect() as conn:
+                if conn.dialect.name == "sqlite":
+                    conn.exec_driver_sql("BEGIN")  # the driver would not begin one for reads
+                else:
+                    conn.execution_options(isolation_level="REPEATABLE READ")
+                yield conn
+        except SQLAlchemyError as exc:
+            raise operation_failed(exc) from exc
+
+    @contextlib.contextmanager
     def _connected(self, connect: Callable[[], contextlib.AbstractContextManager[Connection]]
                    ) -> Iterator[Connection]:
         """``connect()`` (the engine's ``begin`` or ``connect``) under the lock, errors

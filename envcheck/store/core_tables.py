@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, ColumnElement, Table, select
 from sqlmodel import SQLModel
 
 from envcheck.store.tables import (
@@ -17,13 +17,15 @@ from envcheck.store.tables import (
     IncidentRow,
     NotificationRow,
     ProbeResultRow,
+    RetentionMarkRow,
     SuiteRow,
     TransitionRow,
     WebhookRow,
+    result_rollup,
 )
 
-__all__ = ["ENVS", "INCIDENTS", "NOTIFICATIONS", "RESULTS", "RUNS", "SHAPES", "STATES", "SUITES",
-           "TRANSITIONS", "WEBHOOKS", "columns"]
+__all__ = ["ENVS", "INCIDENTS", "MARKS", "NOTIFICATIONS", "RESULTS", "ROLLUPS", "RUNS", "SHAPES",
+           "STATES", "SUITES", "TRANSITIONS", "WEBHOOKS", "columns", "not_retired"]
 
 
 def _core(model: type[SQLModel]) -> Any:
@@ -41,6 +43,17 @@ SHAPES = _core(DataSourceShapeRow)
 INCIDENTS = _core(IncidentRow)
 WEBHOOKS = _core(WebhookRow)
 NOTIFICATIONS = _core(NotificationRow)
+MARKS = _core(RetentionMarkRow)
+ROLLUPS: Any = result_rollup
+
+
+def not_retired(env_id: Any) -> ColumnElement[bool]:
+    """``env_id`` (a column) is no retired environment's: what every reader of the current
+    fleet (allowlists, quarantine lists, counts, metrics) keeps to. A retired environment's
+    rows stay, for its history and its return."""
+    retired = select(ENVS.c.id).where(ENVS.c.retired_at.is_not(None))
+    condition: ColumnElement[bool] = env_id.not_in(retired)
+    return condition
 
 
 def columns(table: Any, record: type[SQLModel]) -> list[Column[Any]]:

@@ -69,6 +69,9 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
         # "database is locked"; WAL lets the dashboard and the API read while the daemon writes.
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # Before the first table of a new file, or never: lets pruning give pages back to the
+        # file system (envcheck.store.prune). An older file keeps its mode until a VACUUM.
+        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
         _enable_wal(cursor)
     finally:
         cursor.close()

@@ -6,24 +6,25 @@ the notifier, which all read these rows, never see one without the other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, text
+from sqlalchemy import func, insert, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
 from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import Observation
 from envcheck.store.access import StoreAccess
-from envcheck.store.core_tables import RESULTS
+from envcheck.store.core_tables import ENVS, RESULTS, STATES, TRANSITIONS, not_retired
 from envcheck.store.sql import GENERATION_SQL, SUITE_FEED_SQL, FeedRow
 from envcheck.store.tables import (
     EnvironmentRow,
     EnvStateRow,
     IncidentRow,
     QuarantineListing,
+    RetiredListing,
     SuiteRow,
     TransitionRow,
 )
@@ -31,8 +32,11 @@ from envcheck.store.tables import (
 if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
     from envcheck.catalogue.models import Suite
 
-__all__ = ["FeedRecords", "FeedRow"]
+__all__ = ["RETIRED", "FeedRecords", "FeedRow"]
 
+_IDS_BATCH = 500  # ids per IN list: under SQLite's limit of bound parameters
+# The state a transition names when an environment leaves the catalogue (or comes back from).
+RETIRED = "retired"
 # Enough history for any decision (SPRT release needs ~30 runs) without reading it all.
 OBSERVATION_WINDOW = 400
 
@@ -86,21 +90,92 @@ class FeedRecords(StoreAccess):
             row = session.get(EnvironmentRow, env_id)
             return row.suite if row is not None else None
 
-    def record_incident(self, run_id: str, kind: str, failing: int, total: int,
-                        detail: str) -> None:
+    def record_incident(self, run_id: str, kind: str, failing: int, total: int, detail: str,
+                        held_back: int = 0,
+                        held_back_failures: Sequence[dict[str, str]] = ()) -> None:
         with self._session() as session:
             session.add(IncidentRow(run_id=run_id, kind=kind, failing=failing, total=total,
-                                    detail=detail))
+                                    detail=detail, held_back=held_back,
+                                    held_back_failures=list(held_back_failures)))
             session.commit()
 
     def incident_runs(self) -> frozenset[str]:
         with self._session() as session:
             return frozenset(session.exec(select(IncidentRow.run_id)))
 
-    def incidents(self, limit: int = 50) -> list[IncidentRow]:
+    def incidents(self, limit: int = 50, since: datetime | None = None) -> list[IncidentRow]:
+        """The newest incidents first (those at or after ``since``, if given)."""
         query = select(IncidentRow).order_by(col(IncidentRow.id).desc()).limit(limit)
+        if since is not None:
+            query = query.where(col(IncidentRow.at) >= since)
         with self._session() as session:
             return list(session.exec(query))
+
+    def retire_absent(self, present: Collection[str], now: datetime | None = None
+                      ) -> list[TransitionRow]:
+        """Retire every current environment not in ``present`` (the daemon's whole
+        catalogue): it leaves allowlists, quarantine lists and counts, its rows stay. Each
+        gets a transition to ``retired`` (the feed's generation moves, its alerts resolve)."""
+        keep = set(present)
+        with self._transaction() as conn:
+            current = conn.execute(sa_select(ENVS.c.id).where(ENVS.c.retired_at.is_(None)))
+            leaving = sorted(i for i, in current if i not in keep)
+            return self._move(conn, leaving, now or datetime.now(UTC), retire=True)
+
+    def reinstate(self, ids: Collection[str], now: datetime | None = None
+                  ) -> list[TransitionRow]:
+        """Bring back those of ``ids`` that are retired (the catalogue names them again),
+        with their history, state and quarantine as they left; a transition each."""
+        wanted = set(ids)
+        with self._transaction() as conn:
+            retired = conn.execute(sa_select(ENVS.c.id).where(ENVS.c.retired_at.is_not(None)))
+            back = sorted(i for i, in retired if i in wanted)
+            return self._move(conn, back, now or datetime.now(UTC), retire=False)
+
+    def _move(self, conn: Any, env_ids: list[str], at: datetime, *, retire: bool
+              ) -> list[TransitionRow]:
+        """Retire or reinstate ``env_ids`` and record their transitions, in ``conn``'s
+        transaction: a transition seen is a retirement done."""
+        rows: list[TransitionRow] = []
+        for start in range(0, len(env_ids), _IDS_BATCH):
+            batch = env_ids[start:start + _IDS_BATCH]
+            conn.execute(update(ENVS).where(ENVS.c.id.in_(batch))
+                         .values(retired_at=at if retire else None))
+            states = {r.env_id: r for r in conn.execute(
+                sa_select(STATES.c.env_id, STATES.c.state, STATES.c.quarantined,
+                          STATES.c.image_digest).where(STATES.c.env_id.in_(batch)))}
+            for env_id in batch:
+                state = states.get(env_id)
+                now_state = state.state if state is not None else "unknown"
+                quarantined = bool(state.quarantined) if state is not None else False
+                moved = ({"old_state": now_state, "new_state": RETIRED,
+                          "was_quarantined": quarantined, "quarantined": False,
+                          "reason": "left the catalogue"} if retire else
+                         {"old_state": RETIRED, "new_state": now_state,
+                          "was_quarantined": False, "quarantined": quarantined,
+                          "reason": "back in the catalogue"})
+                values: dict[str, Any] = {
+                    "env_id": env_id, "at": at, "actor": "envcheck", "evidence": [],
+                    "image_digest": state.image_digest if state is not None else None, **moved}
+                new_id = conn.execute(insert(TRANSITIONS).values(**values)
+                                      .returning(TRANSITIONS.c.id)).scalar_one()
+                rows.append(TransitionRow(id=new_id, **values))
+        return rows
+
+    def retired(self) -> list[RetiredListing]:
+        """Retired environments, the most recently retired first."""
+        state = func.coalesce(STATES.c.state, "unknown")
+        query = (sa_select(ENVS.c.id, ENVS.c.suite, ENVS.c.image, ENVS.c.retired_at,
+                           ENVS.c.last_seen, state.label("state"),
+                           func.coalesce(STATES.c.quarantined, False).label("quarantined"))
+                 .select_from(ENVS.outerjoin(STATES, STATES.c.env_id == ENVS.c.id))
+                 .where(ENVS.c.retired_at.is_not(None))
+                 .order_by(ENVS.c.retired_at.desc(), ENVS.c.id))
+        with self._reading() as conn:
+            return [RetiredListing(env_id=r.id, suite=r.suite, image=r.image,
+                                   retired_at=r.retired_at, last_seen=r.last_seen,
+                                   state=r.state, quarantined=bool(r.quarantined))
+                    for r in conn.execute(query)]
 
     def env_states(self, env_ids: Sequence[str] | None = None) -> list[EnvStateRow]:
         query = select(EnvStateRow).order_by(col(EnvStateRow.env_id))
@@ -151,7 +226,8 @@ class FeedRecords(StoreAccess):
 
     def quarantined(self, suite: str | None = None) -> list[QuarantineListing]:
         """The quarantined environments (of ``suite``, if given), by id: the feed's list."""
-        query = (select(EnvStateRow).where(col(EnvStateRow.quarantined).is_(True))
+        query = (select(EnvStateRow).where(col(EnvStateRow.quarantined).is_(True),
+                                           not_retired(col(EnvStateRow.env_id)))
                  .order_by(col(EnvStateRow.env_id)))
         if suite is not None:
             query = query.where(EnvStateRow.suite == suite)

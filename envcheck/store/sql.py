@@ -19,7 +19,7 @@ __all__ = ["GENERATION_SQL", "PG_CONNECT_TIMEOUT_S", "SCHEMA_HEAD", "SCHEMA_REVI
 
 # The newest revision in migrations/versions: bump it with every new migration (a test fails
 # until it matches). A database at this revision is opened without loading Alembic.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0006"
 SQLITE_BUSY_TIMEOUT_MS = 5000
 PG_CONNECT_TIMEOUT_S = 5
 
@@ -27,12 +27,13 @@ SCHEMA_REVISION_SQL = "SELECT version_num FROM alembic_version"
 # The feed's generation: the newest transition id (NULL, i.e. 0, before any).
 GENERATION_SQL = "SELECT max(id) FROM transition"
 SUITES_SQL = "SELECT id, allow_degraded FROM suite ORDER BY id"
-# Each member of a suite with its state and quarantine, by id: what an allowlist needs, in one
-# query of plain rows (no JSON columns), free of bound-parameter limits.
+# Each current member of a suite (retired ones left out) with its state and quarantine, by id:
+# what an allowlist needs, in one query of plain rows (no JSON columns), free of bound-parameter
+# limits.
 SUITE_FEED_SQL = """
 SELECT e.id, s.state, s.reason, s.quarantined, s.q_source, s.q_reason
 FROM environment AS e LEFT OUTER JOIN env_state AS s ON s.env_id = e.id
-WHERE e.suite = :suite
+WHERE e.suite = :suite AND e.retired_at IS NULL
 ORDER BY e.id
 """
 

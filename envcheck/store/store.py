@@ -32,6 +32,7 @@ from envcheck.store.database import (
 )
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
+from envcheck.store.prune import RetentionRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState, probe_result
 from envcheck.store.views.data_sources import SourceViews
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read th
 
 __all__ = ["Store", "new_run", "open_store"]
 
-_UPSERT_BATCH = 500
+_IDS_BATCH = 500
 
 
 def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
@@ -86,8 +87,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store(FeedRecords, ShapeRecords, DeliveryRecords, FleetViews, EnvironmentViews,
-            QuarantineViews, SourceViews, MetricsViews):
+class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetViews,
+            EnvironmentViews, QuarantineViews, SourceViews, MetricsViews):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:
@@ -105,8 +106,13 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, FleetViews, EnvironmentV
 
     # --- environments -------------------------------------------------------------------
 
-    def sync_environments(self, envs: Iterable[Environment]) -> None:
-        """Upsert the catalogue's environments: first_seen is kept, the rest refreshed."""
+    def sync_environments(self, envs: Iterable[Environment], seen: Iterable[str] = ()) -> None:
+        """Upsert the catalogue's environments: first_seen is kept, the rest refreshed
+        (retirement and return are :meth:`retire_absent` and :meth:`reinstate`).
+
+        ``seen``: ids of the catalogue's other environments, synced before and unchanged
+        since (a reload): only their last_seen is refreshed, their rows are not rewritten.
+        """
         now = datetime.now(UTC)
         values = [
             {
@@ -119,19 +125,22 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, FleetViews, EnvironmentV
             }
             for e in envs
         ]
-        insert = self._upsert()
-        with self._session() as session:
+        ids = list(seen)
+        table: Any = EnvironmentRow.__table__  # type: ignore[attr-defined]
+        stmt = self._upsert()(table)
+        # One statement, compiled once and run for every row (executemany): atomic on both
+        # backends, no read-then-write race between processes.
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"],
+            set_={k: stmt.excluded[k] for k in ("suite", "image", "spec", "last_seen")},
+        )
+        with self._transaction() as conn:
+            if values:
+                conn.execute(stmt, values)
             # Batches keep each statement under SQLite's limit of bound parameters.
-            for start in range(0, len(values), _UPSERT_BATCH):
-                stmt = insert(EnvironmentRow).values(values[start : start + _UPSERT_BATCH])
-                # One statement per batch, atomic on both backends: no read-then-write race
-                # between processes.
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=["id"],
-                    set_={k: stmt.excluded[k] for k in ("suite", "image", "spec", "last_seen")},
-                )
-                session.exec(stmt)
-            session.commit()
+            for start in range(0, len(ids), _IDS_BATCH):
+                conn.execute(update(table).where(table.c.id.in_(ids[start : start + _IDS_BATCH]))
+                             .values(last_seen=now))
 
     def environments(self) -> list[EnvironmentRow]:
         with self._session() as session:

@@ -11,13 +11,28 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import ConfigDict
-from sqlalchemy import JSON, DateTime, Dialect, Index, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import AutoString, Field, SQLModel
 
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 
 __all__ = [
+    "DURATION_BOUNDS",
+    "DURATION_COLUMNS",
+    "ROLLUP_KEY",
     "CheckRun",
     "DataSourceShape",
     "DataSourceShapeRow",
@@ -25,12 +40,17 @@ __all__ = [
     "DeliveryStatus",
     "EnvStateRow",
     "EnvironmentRow",
+    "Incident",
+    "IncidentFields",
     "IncidentRow",
     "NotificationRow",
     "ProbeResultRow",
     "QuarantineListing",
     "ResultFields",
     "ResultLine",
+    "RetentionMarkRow",
+    "RetiredListing",
+    "RollupPeriod",
     "RunState",
     "SuiteRow",
     "Transition",
@@ -39,6 +59,7 @@ __all__ = [
     "UTCDateTime",
     "WebhookRow",
     "probe_result",
+    "result_rollup",
 ]
 
 
@@ -97,6 +118,9 @@ class EnvironmentRow(SQLModel, table=True):
     spec: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
     first_seen: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
     last_seen: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    # Set when the environment left the daemon's catalogue: it leaves allowlists, counts and
+    # metrics, keeps its history, and is cleared when the environment comes back.
+    retired_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class CheckRun(SQLModel, table=True):
@@ -216,6 +240,21 @@ class QuarantineListing(SQLModel):
         return {**self.model_dump(), "since": self.since.isoformat() if self.since else None}
 
 
+class RetiredListing(SQLModel):
+    """An environment that left the daemon's catalogue, as ``envcheck retired`` and the API
+    show it: when, and what it was when it left (its history stays readable)."""
+
+    model_config = _FROZEN
+
+    env_id: str
+    suite: str
+    image: str
+    retired_at: datetime
+    last_seen: datetime = Field(description="when a catalogue last held it")
+    state: str = Field(description="its health state when it left")
+    quarantined: bool
+
+
 class TransitionFields(SQLModel):
     """A change of state or quarantine, as every reader shows it (the API builds on it)."""
 
@@ -244,18 +283,36 @@ class TransitionRow(Transition, table=True):
     model_config = _WRITABLE
 
 
-class IncidentRow(SQLModel, table=True):
-    """A check cycle judged an infrastructure incident: its results move no state."""
+class IncidentFields(SQLModel):
+    """A check cycle judged an infrastructure incident, as every reader shows it (the API's
+    document builds on it): its results move no state."""
 
-    __tablename__ = "incident"
+    model_config = _FROZEN
+
+    at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
+    kind: str = Field(description="engine_unreachable or failure_storm")
+    failing: int = Field(description="probes that failed (or hit the engine's failure)")
+    total: int = Field(description="probes judged")
+    detail: str
+    # What the health model did not count: the cycle's results, and the failing ones among
+    # them (env_id, kind, status, reason; the first few), whose states stood still.
+    held_back: int = Field(0, description="results of the cycle kept out of the health model")
+    held_back_failures: list[dict[str, str]] = Field(
+        default_factory=list, sa_type=JSON,
+        description="the failing results among them (env_id, kind, status, reason), the "
+                    "first 50")
+
+
+class Incident(IncidentFields):
+    """A stored incident, known by its id and the check cycle (run) it happened in."""
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(foreign_key="check_run.id", index=True)
-    at: datetime = Field(default_factory=_now, sa_type=UTCDateTime)
-    kind: str
-    failing: int
-    total: int
-    detail: str
+
+
+class IncidentRow(Incident, table=True):
+    __tablename__ = "incident"
+    model_config = _WRITABLE
 
 
 class SuiteRow(SQLModel, table=True):
@@ -348,3 +405,59 @@ class NotificationRow(Delivery, table=True):
     model_config = _WRITABLE
 
     id: int | None = Field(default=None, primary_key=True)
+
+
+# --- rollups: what pruned results leave behind ---------------------------------------------
+
+class RollupPeriod(StrEnum):
+    HOUR = "hour"
+    DAY = "day"
+    TOTAL = "total"  # since the store began: one row per key, never pruned
+
+
+# Upper bounds (seconds) of the duration histogram every rollup row holds, one column each
+# (d00 counts durations <= 0.025 s, d01 those in (0.025, 0.05], ..., d30 those over an hour).
+# Counts add, so an hour folded in several batches, a day from its hours and a week of days
+# give the very histogram one pass over the raw results would; a percentile read from it is
+# within its bucket (steps of 1.3-2x). Every bound of the metrics' duration histogram is one of
+# these, so the metrics' buckets are sums of columns. Part of the schema: changing it needs a
+# migration.
+DURATION_BOUNDS: tuple[float, ...] = (
+    0.025, 0.05, 0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5, 3.5, 5.0, 7.5, 10.0, 15.0,
+    20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1200.0, 1800.0,
+    3600.0)
+DURATION_COLUMNS: tuple[str, ...] = tuple(f"d{i:02d}" for i in range(len(DURATION_BOUNDS) + 1))
+# One row per environment, period, period start, probe kind, image digest ('' for none: a key
+# column cannot be NULL), status and reason. env_id leads: pages read one page of environments.
+ROLLUP_KEY = ("env_id", "period", "start", "kind", "image_digest", "status", "reason")
+
+# A Core table: its histogram is a run of like columns, which a model would have to spell out.
+result_rollup = Table(
+    "result_rollup", SQLModel.metadata,
+    Column("env_id", String, nullable=False),
+    Column("period", String, nullable=False),
+    Column("start", UTCDateTime, nullable=False),
+    Column("kind", String, nullable=False),
+    Column("image_digest", String, nullable=False),
+    Column("status", String, nullable=False),
+    Column("reason", String, nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("duration_sum", Float, nullable=False),
+    Column("duration_max", Float, nullable=False),
+    Column("first_at", UTCDateTime, nullable=False),
+    Column("last_at", UTCDateTime, nullable=False),
+    *(Column(name, Integer, nullable=False) for name in DURATION_COLUMNS),
+    PrimaryKeyConstraint(*ROLLUP_KEY),
+    # pruning hour and day rows by age
+    Index("ix_result_rollup_period_start", "period", "start"),
+)
+
+
+class RetentionMarkRow(SQLModel, table=True):
+    """How far pruning has gone, for readers to know which rollups to read: ``hourly_from``
+    (a midnight, UTC) is the first day whose hour rows are all kept; before it, day rows."""
+
+    __tablename__ = "retention_mark"
+
+    name: str = Field(primary_key=True)
+    at: datetime = Field(sa_type=UTCDateTime)

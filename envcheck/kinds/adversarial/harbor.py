@@ -10,29 +10,29 @@ tests, so the tricks that rewrite or delete named tests find nothing to do.
 
 from __future__ import annotations
 
-import dataclasses
-
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
 from envcheck.kinds.adversarial.controls import Attempt, Attempted, Target, play
 from envcheck.kinds.adversarial.controls import with_controls as controlled
 from envcheck.kinds.adversarial.library import Trick
 from envcheck.kinds.base import ProbeContext, Verdict
-from envcheck.kinds.testvalidity.harbor_run import HarborRun, run_once
+from envcheck.kinds.testvalidity.harbor_run import HarborRun, harbor_sandbox, run_once
 from envcheck.kinds.testvalidity.reward import REWARD_DIR
 
-__all__ = ["ROOT_AGENT", "target", "with_harbor_controls"]
+__all__ = ["target", "with_harbor_controls"]
 
 
 def target(ctx: ProbeContext) -> Target:
-    return Target(ctx.env.workdir, (), f"{REWARD_DIR}/reward.txt", "1", ("/tests",))
+    # The forger writes reward.json: Harbor reads it before reward.txt, so it stands against a
+    # verifier that writes only reward.txt and leaves the other file where it found it.
+    return Target(ctx.env.workdir, (), f"{REWARD_DIR}/reward.json", '{"reward": 1}',
+                  ("/tests",))
 
 
 def _attempt(ctx: ProbeContext, spec: HarborVerifierSpec, image: str) -> Attempt:
     aim = target(ctx)
 
     def attempt(trick: Trick) -> Attempted:
-        sandbox_spec = dataclasses.replace(ctx.spec(), image=image, network=spec.network)
-        with ctx.runtime.sandbox(sandbox_spec) as sandbox:
+        with ctx.runtime.sandbox(harbor_sandbox(ctx.spec(), spec, image)) as sandbox:
             run = run_once(sandbox, spec, HarborRun("nop", f"trick {trick.name}"),
                            ctx.env.timeouts.exec_s,
                            action=lambda box: play(box, ctx.env, trick, aim))
@@ -51,16 +51,7 @@ def _attempt(ctx: ProbeContext, spec: HarborVerifierSpec, image: str) -> Attempt
     return attempt
 
 
-# Said in the result when the agent is root: what no test.sh can refuse.
-ROOT_AGENT = ("Harbor, the agent root: the agent owns /logs/verifier and can make it read-only "
-              "before the verifier runs, so Harbor's own redirect into it fails, test.sh never "
-              "runs and a reward file written in advance stands (report_forged); only an agent "
-              "that is not root ([agent].user) closes that hole")
-
-
 def with_harbor_controls(ctx: ProbeContext, spec: HarborVerifierSpec, image: str,
                          verdict: Verdict) -> Verdict:
     """``verdict`` with the adversarial controls' outcome, if the task's spec asks for them."""
-    protocol = ROOT_AGENT if ctx.env.user in ("root", "0") else None
-    return controlled(ctx, spec.adversarial, verdict, lambda: _attempt(ctx, spec, image),
-                      protocol=protocol)
+    return controlled(ctx, spec.adversarial, verdict, lambda: _attempt(ctx, spec, image))

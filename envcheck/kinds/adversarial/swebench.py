@@ -10,9 +10,10 @@ fail-to-pass test passes.
 The re-applied test patch undoes what a trick did to the files it touches (a rewritten or
 deleted test file comes back): the result names the files the trick changed and those the
 test patch put back, so a refusal says whether the verifier or the patch refused it. What
-the harness leaves to the agent's tree (a ``conftest.py``, startup hooks in site-packages,
-files beside the tests) it cannot refuse without departing from the harness: the result
-says so (``protocol``), and the README's "Is my verifier hack-resistant?" explains it.
+the patch does not touch (a ``conftest.py``, start-up hooks in site-packages, files beside
+the tests) only the test command can refuse: the harness's own ``pytest -rA`` lets them in,
+an isolated interpreter with ``--noconftest`` does not (README, "Is my verifier
+hack-resistant?"). The result says so (``protocol``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from envcheck.sandbox.base import Sandbox
 
 __all__ = ["PROTOCOL", "changed_files", "with_swebench_controls"]
 
-PROTOCOL = ("SWE-bench harness: the test patch re-applied over the agent's tree, the test "
-            "command run in that tree; conftest.py files, start-up hooks and files beside the "
-            "tests are the agent's, as in the harness (closing those holes departs from it)")
+PROTOCOL = ("SWE-bench harness: the test patch re-applied over the agent's tree, the dataset's "
+            "test command run in that tree; what the patch does not touch (conftest.py files, "
+            "start-up hooks, files beside the tests) only that command can refuse")
 SHOWN = 5  # files named per note
 
 

@@ -19,7 +19,6 @@ limits and network (see :mod:`envcheck.catalogue.harbor_env`).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from envcheck.core.errors import ImageBuildFailed, SandboxFailed
 from envcheck.core.results import CommandEvidence, Reason, Status
 from envcheck.kinds.adversarial.harbor import with_harbor_controls
 from envcheck.kinds.base import ProbeContext, Verdict
-from envcheck.kinds.testvalidity.harbor_run import HarborRun, Phase, run_once
+from envcheck.kinds.testvalidity.harbor_run import HarborRun, Phase, harbor_sandbox, run_once
 from envcheck.sandbox.base import Deadline
 from envcheck.sandbox.build import BuiltImage, ImageBuilder
 from envcheck.sandbox.docker import DockerRuntime
@@ -105,9 +104,8 @@ class _Verification:
         self.notes = list(spec.notes)
 
     def run(self, phase: Phase, label: str) -> HarborRun:
-        sandbox_spec = dataclasses.replace(self.ctx.spec(), image=self.image,
-                                           network=self.spec.network)
-        with self.ctx.runtime.sandbox(sandbox_spec) as sandbox:
+        with self.ctx.runtime.sandbox(harbor_sandbox(self.ctx.spec(), self.spec,
+                                                     self.image)) as sandbox:
             run = run_once(sandbox, self.spec, HarborRun(phase, label),
                            self.ctx.env.timeouts.exec_s)
         self.runs.append(run)

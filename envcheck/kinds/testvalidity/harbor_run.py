@@ -24,6 +24,7 @@ default is a deployment problem (``secret_unavailable``), never the task's.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -46,9 +47,9 @@ from envcheck.kinds.testvalidity.reward import (
     read_reward,
 )
 from envcheck.kinds.testvalidity.runs import Problem
-from envcheck.sandbox.base import ExecResult, Sandbox
+from envcheck.sandbox.base import ENGINE_DEFAULT_CAPABILITIES, ExecResult, Sandbox, SandboxSpec
 
-__all__ = ["HarborRun", "Phase", "resolve_env", "run_once", "tar_folder"]
+__all__ = ["HarborRun", "Phase", "harbor_sandbox", "resolve_env", "run_once", "tar_folder"]
 
 Phase = Literal["nop", "oracle"]
 ROOT = "0"
@@ -210,6 +211,15 @@ class _Runner:
             return Problem(reading.reason, f"{reading.detail} (test.sh exited "
                                            f"{result.exit_code})")
         return None
+
+
+def harbor_sandbox(base: SandboxSpec, spec: HarborVerifierSpec, image: str) -> SandboxSpec:
+    """The container a run of the task gets: its image and network, and Docker's default
+    capabilities, which Harbor leaves on. Without them a root ``test.sh`` could not overwrite
+    a reward file its agent made read-only, and envcheck would call a hole what Harbor refuses
+    (or fail a ``chown`` that passes there)."""
+    return dataclasses.replace(base, image=image, network=spec.network,
+                               capabilities=ENGINE_DEFAULT_CAPABILITIES)
 
 
 def run_once(sandbox: Sandbox, spec: HarborVerifierSpec, run: HarborRun,

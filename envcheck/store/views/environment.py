@@ -4,14 +4,15 @@ full), and the image digests its results saw."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, func, select
 
-from envcheck.store.core_tables import ENVS, RESULTS
-from envcheck.store.tables import ResultLine
+from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS
+from envcheck.store.rollups import Histogram, duration_bucket_sql, histogram_sums
+from envcheck.store.tables import DURATION_COLUMNS, ResultLine, RollupPeriod
 from envcheck.store.views.common import (
     FULL_COLUMNS,
     LINE_COLUMNS,
@@ -24,6 +25,8 @@ from envcheck.store.views.common import (
 
 __all__ = ["DigestSpan", "EnvironmentRecord", "EnvironmentViews", "ResultLine"]
 
+_FAILING = ("fail", "flaky")
+
 
 @dataclass(frozen=True, slots=True)
 class EnvironmentRecord:
@@ -35,6 +38,7 @@ class EnvironmentRecord:
     spec: dict[str, Any]
     first_seen: datetime
     last_seen: datetime
+    retired_at: datetime | None = None  # left the daemon's catalogue; its history stays
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,10 @@ class DigestSpan:
     results: int
     failures: int
     kinds: tuple[str, ...]
+    # durations from the histogram the rollups keep (within a bucket's width)
+    p50_s: float | None = None
+    p95_s: float | None = None
+    max_s: float | None = None
 
 
 class EnvironmentViews(PageViews):
@@ -57,7 +65,7 @@ class EnvironmentViews(PageViews):
         if row is None:
             return None
         return EnvironmentRecord(row.id, row.suite, row.image, dict(row.spec or {}),
-                                 row.first_seen, row.last_seen)
+                                 row.first_seen, row.last_seen, row.retired_at)
 
     def result_lines(self, env_id: str, kinds: Sequence[str] = (), limit: int = 200,
                      before_id: int | None = None) -> list[ResultLine]:
@@ -108,22 +116,57 @@ class EnvironmentViews(PageViews):
             return [stored_result(r) for r in conn.execute(query)]
 
     def digest_history(self, env_id: str) -> list[DigestSpan]:
-        """Each image digest the environment's results saw, newest first."""
-        failing = func.sum(case((RESULTS.c.status.in_(["fail", "flaky"]), 1), else_=0))
-        query = (select(RESULTS.c.image_digest, func.min(RESULTS.c.started_at),
-                        func.max(RESULTS.c.started_at), func.count(), failing,
-                        RESULTS.c.kind)
-                 .where(RESULTS.c.env_id == env_id)
-                 .group_by(RESULTS.c.image_digest, RESULTS.c.kind))
-        with self._reading() as conn:
-            rows = conn.execute(query).all()
-        spans: dict[str | None, list[Any]] = {}
-        for digest, first, last, n, bad, kind in rows:
-            span = spans.setdefault(digest, [first, last, 0, 0, set()])
-            span[0], span[1] = min(span[0], first), max(span[1], last)
-            span[2] += int(n)
-            span[3] += int(bad or 0)
-            span[4].add(kind)
-        out = [DigestSpan(d, s[0], s[1], s[2], s[3], tuple(sorted(s[4])))
+        """Each image digest the environment's results saw, newest first: the raw results
+        and the rollups of those pruned, so a prune changes nothing here."""
+        started, duration = RESULTS.c.started_at, RESULTS.c.duration_s
+        bucket = duration_bucket_sql(duration)
+        raw = (select(RESULTS.c.image_digest, RESULTS.c.kind, func.min(started),
+                      func.max(started), func.count(),
+                      func.sum(case((RESULTS.c.status.in_(_FAILING), 1), else_=0)),
+                      func.sum(duration), func.max(duration), bucket)
+               .where(RESULTS.c.env_id == env_id)
+               .group_by(RESULTS.c.image_digest, RESULTS.c.kind, bucket))
+        rolled = (select(ROLLUPS.c.image_digest, ROLLUPS.c.kind, func.min(ROLLUPS.c.first_at),
+                         func.max(ROLLUPS.c.last_at), func.sum(ROLLUPS.c.count),
+                         func.sum(case((ROLLUPS.c.status.in_(_FAILING), ROLLUPS.c.count),
+                                       else_=0)),
+                         func.sum(ROLLUPS.c.duration_sum), func.max(ROLLUPS.c.duration_max),
+                         *histogram_sums())
+                  .where(ROLLUPS.c.env_id == env_id,
+                         ROLLUPS.c.period == RollupPeriod.TOTAL.value)
+                  .group_by(ROLLUPS.c.image_digest, ROLLUPS.c.kind))
+        with self.snapshot() as conn:  # a prune running meanwhile: before or after, not half
+            raw_rows, rolled_rows = conn.execute(raw).all(), conn.execute(rolled).all()
+        spans: dict[str | None, _Span] = {}
+
+        def span(digest: str | None, first: datetime, last: datetime) -> _Span:
+            found = spans.setdefault(digest or None, _Span(first, last))  # '': none, rolled
+            found.first, found.last = min(found.first, first), max(found.last, last)
+            return found
+
+        for digest, kind, first, last, n, bad, seconds, top, bucket in raw_rows:
+            span(digest, first, last).add(kind, bad, n, seconds, top,
+                                          [n if i == bucket else 0
+                                           for i in range(len(DURATION_COLUMNS))])
+        for digest, kind, first, last, n, bad, seconds, top, *buckets in rolled_rows:
+            span(digest, first, last).add(kind, bad, n, seconds, top, buckets)
+        out = [DigestSpan(d, s.first, s.last, s.durations.count, s.failures,
+                          tuple(sorted(s.kinds)), s.durations.quantile(0.5),
+                          s.durations.quantile(0.95), s.durations.max_s)
                for d, s in spans.items()]
         return sorted(out, key=lambda s: s.last_seen, reverse=True)
+
+
+@dataclass(slots=True)
+class _Span:
+    first: datetime
+    last: datetime
+    failures: int = 0
+    kinds: set[str] = field(default_factory=set)
+    durations: Histogram = field(default_factory=Histogram)
+
+    def add(self, kind: str, failures: int | None, count: int, seconds: float, top: float,
+            buckets: Sequence[int]) -> None:
+        self.kinds.add(kind)
+        self.failures += int(failures or 0)
+        self.durations.merge(count, seconds, top, buckets)

@@ -31,7 +31,9 @@ from sqlalchemy import (
 
 from envcheck.core.results import ProbeKind
 from envcheck.core.states import NEVER_CHECKED, EnvState
-from envcheck.store.core_tables import ENVS, RESULTS, RUNS, STATES, SUITES
+from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS, RUNS, STATES, SUITES, not_retired
+from envcheck.store.rollups import hourly_from
+from envcheck.store.tables import RollupPeriod
 from envcheck.store.views.common import Page, PageViews, clamp, like_pattern
 
 __all__ = ["BucketCount", "EnvFilter", "EnvListing", "FleetViews", "SuiteOverview"]
@@ -99,6 +101,7 @@ class FleetViews(PageViews):
         quarantined = func.coalesce(STATES.c.quarantined, false())
         query = (select(ENVS.c.suite, state, quarantined, STATES.c.q_source, func.count())
                  .select_from(ENVS.outerjoin(STATES, STATES.c.env_id == ENVS.c.id))
+                 .where(ENVS.c.retired_at.is_(None))
                  .group_by(ENVS.c.suite, state, quarantined, STATES.c.q_source))
         with self._reading() as conn:
             groups = conn.execute(query).all()
@@ -129,7 +132,8 @@ class FleetViews(PageViews):
     def state_reasons(self) -> list[tuple[str, int]]:
         """Reason codes of environment states with how many environments have each, most
         frequent first (``terminal: tool_missing`` counts as ``tool_missing``)."""
-        query = (select(STATES.c.reason, func.count()).group_by(STATES.c.reason))
+        query = (select(STATES.c.reason, func.count()).where(not_retired(STATES.c.env_id))
+                 .group_by(STATES.c.reason))
         with self._reading() as conn:
             rows = conn.execute(query).all()
         codes: dict[str, int] = {}
@@ -143,7 +147,7 @@ class FleetViews(PageViews):
         """A page of environments matching ``where``, worst state first, then by id."""
         where = where or EnvFilter()
         state = func.coalesce(STATES.c.state, EnvState.UNKNOWN.value)
-        conditions: list[ColumnElement[bool]] = []
+        conditions: list[ColumnElement[bool]] = [ENVS.c.retired_at.is_(None)]
         if where.suites:
             conditions.append(ENVS.c.suite.in_(where.suites))
         if where.states:
@@ -182,25 +186,40 @@ class FleetViews(PageViews):
     def time_buckets(self, env_ids: Sequence[str], since: datetime, until: datetime,
                      bucket_s: int, kinds: Sequence[str] = ()) -> list[BucketCount]:
         """Results of ``env_ids`` in [since, until) counted per (environment, time bucket of
-        ``bucket_s`` seconds, status); the buckets are aligned to the epoch."""
+        ``bucket_s`` seconds, status); the buckets are aligned to the epoch. Pruned results
+        count from the rollups, at the start of their hour (or day, before the hour rollups'
+        horizon): buckets of whole hours come out the same before and after a prune."""
         if not env_ids:
             return []
         size = max(1, int(bucket_s))
-        bucket = self._epoch_bucket(size)
-        query = (select(RESULTS.c.env_id, bucket.label("bucket"), RESULTS.c.status,
-                        func.count().label("n"))
-                 .where(RESULTS.c.env_id.in_(list(env_ids)), RESULTS.c.started_at >= since,
-                        RESULTS.c.started_at < until)
-                 .group_by(RESULTS.c.env_id, bucket, RESULTS.c.status))
-        if kinds:
-            query = query.where(RESULTS.c.kind.in_(list(kinds)))
-        with self._reading() as conn:
-            rows = conn.execute(query).all()
-        return [BucketCount(r.env_id, datetime.fromtimestamp(int(r.bucket), UTC), r.status,
-                            int(r.n)) for r in rows]
+        with self.snapshot() as conn:  # a prune running meanwhile: before or after, not half
+            mark = hourly_from(conn)
+            parts = [
+                (RESULTS.c.started_at, func.count(), (RESULTS.c.started_at >= since,
+                                                      RESULTS.c.started_at < until)),
+                (ROLLUPS.c.start, func.sum(ROLLUPS.c.count),
+                 (ROLLUPS.c.period == RollupPeriod.HOUR.value,
+                  ROLLUPS.c.start >= max(since, mark), ROLLUPS.c.start < until)),
+                (ROLLUPS.c.start, func.sum(ROLLUPS.c.count),
+                 (ROLLUPS.c.period == RollupPeriod.DAY.value, ROLLUPS.c.start >= since,
+                  ROLLUPS.c.start < min(until, mark)))]
+            counts: dict[tuple[str, int, str], int] = {}
+            for at, n, window in parts:
+                table = at.table
+                bucket = self._epoch_bucket(at, size)
+                query = (select(table.c.env_id, bucket.label("bucket"), table.c.status,
+                                n.label("n"))
+                         .where(table.c.env_id.in_(list(env_ids)), *window)
+                         .group_by(table.c.env_id, bucket, table.c.status))
+                if kinds:
+                    query = query.where(table.c.kind.in_(list(kinds)))
+                for r in conn.execute(query):
+                    key = (r.env_id, int(r.bucket), r.status)
+                    counts[key] = counts.get(key, 0) + int(r.n)
+        return [BucketCount(env_id, datetime.fromtimestamp(at, UTC), status, n)
+                for (env_id, at, status), n in counts.items()]
 
-    def _epoch_bucket(self, size: int) -> ColumnElement[Any]:
-        started = RESULTS.c.started_at
+    def _epoch_bucket(self, started: Any, size: int) -> ColumnElement[Any]:
         if self._engine.dialect.name == "sqlite":
             # Stored as 'YYYY-MM-DD HH:MM:SS.ffffff' in UTC: strftime reads it as UTC.
             seconds: ColumnElement[Any] = cast(func.strftime("%s", started), Integer)

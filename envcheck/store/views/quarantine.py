@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, select, true
 
-from envcheck.store.core_tables import STATES, TRANSITIONS
+from envcheck.store.core_tables import STATES, TRANSITIONS, not_retired
 from envcheck.store.tables import QuarantineListing, Transition
 from envcheck.store.views.common import Page, PageViews, clamp, like_pattern
 
@@ -21,7 +21,8 @@ class QuarantineViews(PageViews):
                         search: str = "", offset: int = 0, limit: int = 50
                         ) -> Page[QuarantineListing]:
         """Quarantined environments, the most recently quarantined first."""
-        conditions: list[ColumnElement[bool]] = [STATES.c.quarantined == true()]
+        conditions: list[ColumnElement[bool]] = [STATES.c.quarantined == true(),
+                                                 not_retired(STATES.c.env_id)]
         if suites:
             conditions.append(STATES.c.suite.in_(list(suites)))
         if source:

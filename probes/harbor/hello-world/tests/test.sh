@@ -6,10 +6,12 @@
 # from any site-packages; pytest's own folder is put on sys.path by hand), no plugin
 # auto-loading, conftest.py files ignored, the JUnit report written in a fresh private folder,
 # and the reward (1 or 0, in /logs/verifier/reward.txt) parsed from that report: never an exit
-# code, never a reward file already there.
+# code, never a reward file already there (both are removed first; as root under Harbor's
+# capabilities, even from a folder the agent made read-only).
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 reward=/logs/verifier/reward.txt
-rm -f "$reward"
+# Harbor reads reward.json first: one written in advance must not stand beside ours.
+rm -f /logs/verifier/reward.json "$reward" || exit 2
 report=$(mktemp -d)/report.xml || exit 2
 cd /app || exit 2
 /usr/bin/python3 -I -S -c '

@@ -1,0 +1,265 @@
+"""Pruning (mixed into ``Store``): raw results past their retention folded into the rollups
+and deleted, old rollups and empty runs deleted, free pages given back (SQLite).
+
+What is never pruned, so that no state, allowlist or transition changes:
+
+- the newest :data:`~envcheck.store.feed.OBSERVATION_WINDOW` results of each environment and
+  probe kind: all the health model reads (:meth:`~envcheck.store.Store.observations`), so its
+  SPRT state and Wilson counts come out the same after a prune. The window only moves forward
+  (a new result pushes the oldest out for good), so what is outside it stays outside;
+- every result a transition or a quarantine cites as evidence;
+- hence the newest result of every environment and kind (what the latest-result readers,
+  the metrics' last success and staleness and the dashboard's filters read).
+
+A result past its retention and outside both is folded and deleted in one transaction
+(:mod:`envcheck.store.rollups`): batches of ``Retention.batch`` rows, committed one by one, so
+no write lock is held for long and a prune stopped anywhere leaves every result counted once.
+
+**PostgreSQL: batched deletes, not partitions.** Partitions by time would drop old results
+for free, but retention is not by time alone: the health model's window and the evidence of
+transitions live in old partitions for months, so no partition could ever be dropped whole.
+Deleting in small batches leaves dead rows that autovacuum reclaims for reuse as it goes;
+migration 0005 has it visit these tables after 1% of their rows changed (not the default 20%),
+so a table of tens of millions keeps up. **SQLite** gives freed pages back to the file system by
+``PRAGMA incremental_vacuum``, in steps, after each prune; stores created before need one full
+``VACUUM`` to turn that on (:meth:`RetentionRecords.vacuum`, ``envcheck store prune --vacuum``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Delete, Select, delete, exists, func, select, tuple_
+
+from envcheck.core.results import DEGRADED_REASONS, Status
+from envcheck.store.access import StoreAccess
+from envcheck.store.core_tables import INCIDENTS, MARKS, RESULTS, ROLLUPS, RUNS, STATES, TRANSITIONS
+from envcheck.store.feed import OBSERVATION_WINDOW
+from envcheck.store.retention import Cutoffs, PruneReport, Retention
+from envcheck.store.rollups import FOLD_COLUMNS, HOURLY_FROM, add_rollups, fold, hourly_from
+from envcheck.store.tables import ROLLUP_KEY, RollupPeriod, RunState
+
+__all__ = ["RetentionRecords"]
+
+ENV_CHUNK = 50  # environments whose results one candidate query ranks
+VACUUM_STEP = 1000  # pages (4 MiB at SQLite's default page size) per incremental vacuum step
+_PG_PRUNE_LOCK = 0x656E76707275  # "envpru": one pruner folds at a time (no rollup deadlocks)
+_SHORT_LIVED = frozenset({Status.PASS.value, Status.SKIP.value})
+_DEGRADED = frozenset(str(r) for r in DEGRADED_REASONS)
+
+
+def _expired(status: str, reason: str, started_at: datetime, cut: Cutoffs) -> bool:
+    """Past its retention: a clean pass or a skip after ``passes`` days, the rest (failures,
+    flaky, errors, degraded passes) after ``others`` days."""
+    if status in _SHORT_LIVED and reason not in _DEGRADED:
+        return started_at < cut.passes
+    return started_at < cut.others
+
+
+class RetentionRecords(StoreAccess):
+    def prune(self, retention: Retention | None = None, now: datetime | None = None, *,
+              dry_run: bool = False) -> PruneReport:
+        """Apply ``retention`` (default: :class:`Retention`'s defaults) as of ``now``
+        (default: the clock; a simulation passes its own); ``dry_run`` counts what would go
+        and changes nothing."""
+        retention = retention or Retention()
+        cut = retention.cutoffs(now or datetime.now(UTC))
+        report = PruneReport(dry_run=dry_run)
+        evidence = self._evidence_ids()
+        pending: list[Any] = []
+        doomed: Counter[str] = Counter()  # dry run: results that would go, per run
+        for rows in self._past_window(cut.passes):
+            for row in rows:
+                if not _expired(row.status, row.reason, row.started_at, cut):
+                    continue
+                if row.id in evidence:
+                    report.kept_as_evidence += 1
+                    continue
+                pending.append(row)
+                if dry_run:
+                    doomed[row.run_id] += 1
+            while len(pending) >= retention.batch:
+                self._fold_batch(pending[:retention.batch], report)
+                del pending[:retention.batch]
+        if pending:
+            self._fold_batch(pending, report)
+        self._prune_rollups(cut, retention.batch, report)
+        self._prune_runs(cut, retention.batch, report, doomed)
+        if self._engine.dialect.name == "sqlite":
+            report.incremental_vacuum = self._incremental_vacuum_on()
+            if not dry_run and report.incremental_vacuum:
+                report.pages_freed = self._give_back_pages()
+        return report
+
+    # --- results ------------------------------------------------------------------------
+
+    def _evidence_ids(self) -> set[int]:
+        """Every result id a transition or a quarantine cites. Read once, at the start: one
+        written later cites results of the health model's window, which no prune touches."""
+        ids: set[int] = set()
+        with self._reading() as conn:
+            for (cited,) in conn.execute(select(TRANSITIONS.c.evidence)):
+                ids.update(int(i) for i in cited or ())
+            for (cited,) in conn.execute(select(STATES.c.q_evidence)):
+                ids.update(int(i) for i in cited or ())
+        return ids
+
+    def _past_window(self, before: datetime) -> Iterator[Sequence[Any]]:
+        """Results started before ``before`` that are outside the health model's window of
+        their environment and kind, a few environments at a time (keyset over env ids, which
+        lead the results' index)."""
+        names = ("id", "run_id", *FOLD_COLUMNS)
+        ranked = (select(*(RESULTS.c[n] for n in names),
+                         func.row_number().over(
+                             partition_by=(RESULTS.c.env_id, RESULTS.c.kind),
+                             order_by=(RESULTS.c.started_at.desc(), RESULTS.c.id.desc()))
+                         .label("rank")))
+        after = ""
+        while True:  # chunks of environments until none is left, not a retry
+            with self._reading() as conn:
+                env_ids = list(conn.execute(
+                    select(RESULTS.c.env_id).where(RESULTS.c.env_id > after).distinct()
+                    .order_by(RESULTS.c.env_id).limit(ENV_CHUNK)).scalars())
+                if not env_ids:
+                    return
+                inner = ranked.where(RESULTS.c.env_id.in_(env_ids)).subquery()
+                rows = conn.execute(
+                    select(*(inner.c[n] for n in names))
+                    .where(inner.c.rank > OBSERVATION_WINDOW, inner.c.started_at < before)
+                    .order_by(inner.c.id)).all()
+            after = env_ids[-1]
+            yield rows
+
+    def _fold_batch(self, rows: list[Any], report: PruneReport) -> None:
+        """Delete these results and add them to the rollups, in one transaction: the rows
+        added are those the delete removed (a concurrent prune took the others)."""
+        deleted: Sequence[Any] = rows
+        if report.dry_run:
+            values = fold(rows)
+        else:
+            with self._transaction() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_PRUNE_LOCK})")
+                deleted = conn.execute(delete(RESULTS)
+                                       .where(RESULTS.c.id.in_([r.id for r in rows]))
+                                       .returning(*(RESULTS.c[n] for n in FOLD_COLUMNS))).all()
+                values = fold(deleted)
+                add_rollups(conn, values)
+        for value in values:
+            period = value["period"]
+            report.rollups_written[period] = report.rollups_written.get(period, 0) + 1
+        for row in deleted:
+            if row.status in _SHORT_LIVED and row.reason not in _DEGRADED:
+                report.passes_deleted += 1
+            else:
+                report.others_deleted += 1
+
+    # --- rollups and runs ---------------------------------------------------------------
+
+    def _prune_rollups(self, cut: Cutoffs, batch: int, report: PruneReport) -> None:
+        with self._reading() as conn:
+            mark = max(hourly_from(conn), cut.hourly)
+        if not report.dry_run:
+            # The mark first: readers switch those days to day rows before their hour rows go.
+            with self._transaction() as conn:
+                stmt = self._upsert()(MARKS).values(name=HOURLY_FROM, at=mark)
+                conn.execute(stmt.on_conflict_do_update(index_elements=["name"],
+                                                        set_={"at": stmt.excluded.at}))
+        report.hourly_deleted = self._delete_rollups(RollupPeriod.HOUR, mark, batch,
+                                                     report.dry_run)
+        report.daily_deleted = self._delete_rollups(RollupPeriod.DAY, cut.daily, batch,
+                                                    report.dry_run)
+
+    def _delete_rollups(self, period: RollupPeriod, before: datetime, batch: int,
+                        dry_run: bool) -> int:
+        old = (ROLLUPS.c.period == period.value, ROLLUPS.c.start < before)
+        if dry_run:
+            return self._count(ROLLUPS, old)
+        key = tuple_(*(ROLLUPS.c[n] for n in ROLLUP_KEY))
+        return self._delete_batches(
+            select(*(ROLLUPS.c[n] for n in ROLLUP_KEY)).where(*old).limit(batch),
+            lambda keys: delete(ROLLUPS).where(key.in_([tuple(k) for k in keys])))
+
+    def _prune_runs(self, cut: Cutoffs, batch: int, report: PruneReport,
+                    doomed: Counter[str]) -> None:
+        """Runs older than any kept result, left without results and without incidents
+        (``doomed``: in a dry run, how many results of each run would have gone)."""
+        unused = (~exists().where(RESULTS.c.run_id == RUNS.c.id),
+                  ~exists().where(INCIDENTS.c.run_id == RUNS.c.id))
+        done = (RUNS.c.state != RunState.RUNNING.value, RUNS.c.started_at < cut.others)
+        if report.dry_run:
+            report.runs_deleted = self._count(RUNS, (*done, *unused)) + \
+                self._emptied(doomed, (*done, *unused[1:]))
+            return
+        # re-checked by the delete itself: a result written meanwhile keeps its run
+        report.runs_deleted = self._delete_batches(
+            select(RUNS.c.id).where(*done, *unused).limit(batch),
+            lambda ids: delete(RUNS).where(RUNS.c.id.in_([i for (i,) in ids]), *unused))
+
+    def _emptied(self, doomed: Counter[str], where: tuple[Any, ...]) -> int:
+        """Of the runs meeting ``where``, those whose results would all go."""
+        emptied = 0
+        ids = sorted(doomed)
+        with self._reading() as conn:
+            for start in range(0, len(ids), 500):
+                query = (select(RUNS.c.id, func.count())
+                         .join(RESULTS, RESULTS.c.run_id == RUNS.c.id)
+                         .where(RUNS.c.id.in_(ids[start:start + 500]), *where)
+                         .group_by(RUNS.c.id))
+                emptied += sum(1 for run_id, n in conn.execute(query) if n == doomed[run_id])
+        return emptied
+
+    def _count(self, table: Any, where: tuple[Any, ...]) -> int:
+        with self._reading() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)
+                                    .where(*where)).scalar_one())
+
+    def _delete_batches(self, pick: Select[Any], remove: Callable[[Sequence[Any]], Delete]
+                        ) -> int:
+        """Pick a batch of keys and delete them, one short transaction a batch, until none
+        is left; how many rows went."""
+        total = 0
+        while True:  # batches until done, not a retry
+            with self._transaction() as conn:
+                keys = conn.execute(pick).all()
+                if not keys:
+                    return total
+                total += conn.execute(remove(keys)).rowcount
+
+    # --- SQLite: free pages back to the file system -------------------------------------
+
+    def _incremental_vacuum_on(self) -> bool:
+        with self._reading() as conn:
+            return int(conn.exec_driver_sql("PRAGMA auto_vacuum").scalar_one()) == 2
+
+    def _give_back_pages(self) -> int:
+        """``PRAGMA incremental_vacuum`` in steps, each a short write of its own with the
+        lock let go between, until no page is free; then a passive checkpoint, so the file
+        itself shrinks without waiting for one."""
+        freed = 0
+        while True:  # steps of bounded work, not a retry
+            with self._connected(self._engine.connect) as conn:
+                raw: Any = conn.connection.driver_connection  # sqlite3's: for executescript
+                free = int(raw.execute("PRAGMA freelist_count").fetchone()[0])
+                if free == 0:
+                    raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    return freed
+                # executescript steps the pragma to its end: execute() frees a single page
+                raw.executescript(f"PRAGMA incremental_vacuum({VACUUM_STEP})")
+                freed += min(free, VACUUM_STEP)
+
+    def vacuum(self) -> None:
+        """Once, for a SQLite store made before incremental vacuum: turn it on with a full
+        ``VACUUM``, which rewrites the file and holds its write lock meanwhile. On PostgreSQL
+        a plain ``VACUUM ANALYZE`` of the pruned tables (no lock readers or writers wait on)."""
+        with self._connected(self._engine.connect) as conn:
+            auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+            if auto.dialect.name == "sqlite":
+                auto.exec_driver_sql("PRAGMA auto_vacuum=INCREMENTAL")
+                auto.exec_driver_sql("VACUUM")
+            else:
+                auto.exec_driver_sql("VACUUM ANALYZE probe_result, result_rollup, check_run")
+
