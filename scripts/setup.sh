@@ -92,7 +92,7 @@ fi
 # The stamp holds the pyproject hash and the extras installed; a run that asks for a subset of
 # them (run.sh after test.sh) installs nothing, one that asks for more installs the union.
 project_hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-read -r have_hash have_extras <"$STAMP" 2>/dev/null || { have_hash=""; have_extras=""; }
+{ read -r have_hash have_extras <"$STAMP"; } 2>/dev/null || { have_hash=""; have_extras=""; }
 have_extras="${have_extras#extras=}"  # the stamp's older form
 [[ $have_hash == "$project_hash" ]] || have_extras=""
 missing_extras="$(comm -13 <(tr ',' '\n' <<<"$have_extras" | sort -u) \
