@@ -101,7 +101,7 @@ for k in view.kinds:
     rows.append({
         "kind": str(k.kind), "state": str(k.state), "reason": k.reason, "failures": k.failures,
         "runs": k.runs, "rate": k.failure_rate if k.failure_rate is not None else 0.0,
-        "low": k.wilson[0], "high": k.wilson[1], "window": f"{failures}/{runs}",
+        "low": k.wilson[0], "high": k.wilson[1], "window (failed/runs)": f"{failures}/{runs}",
         "window interval": f"[{ui.pct(low)}, {ui.pct(high)}]", "SPRT LLR": round(k.llr, 3),
         "digest": ui.short(k.image_digest)})
 if rows:
@@ -109,9 +109,11 @@ if rows:
                "95% Wilson": f"[{ui.pct(r['low'])}, {ui.pct(r['high'])}]"}
               for r in rows], key="kinds",
              column_config={"low": None, "high": None})
-    st.caption("Counts are the current image digest and spec only (what the health model "
-               "decides on); `window` counts the last 500 results of any identity. The interval "
-               "is honest with few runs: 5 clean passes only prove a failure rate under ~45%.")
+    st.caption("Counts are runs, not probes (a tests probe holds its negative control and "
+               "reruns; a light check 2), of the current image digest and spec only (what the "
+               "health model decides on); `window` counts the runs of the last 500 results of "
+               "any identity. The interval is honest with few runs: 5 clean runs only prove a "
+               "failure rate under ~45%.")
     st.altair_chart(ui.rate_chart([r for r in rows if r["runs"]]), width="stretch")
 else:
     st.caption("Not assessed yet.")

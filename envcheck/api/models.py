@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from envcheck.core.depth import RunCount
 from envcheck.core.results import ProbeResult
 from envcheck.feed.allowlist import Allowlist
 from envcheck.health.sprt import KindHealth
@@ -101,8 +102,9 @@ class KindHealthOut(_Out):
 
     state: str
     reason: str
-    passes: int
-    failures: int
+    passes: int = Field(description="clean runs of the current identity (a tests probe "
+                        "holds several: runs are counted, not probes)")
+    failures: int = Field(description="failed runs of the current identity")
     runs: int
     failure_rate: float | None = Field(description="failures / runs; null before any run")
     wilson: WilsonOut = Field(description="95% Wilson interval of the failure rate")
@@ -177,10 +179,13 @@ class ResultOut(ResultFields):
 
     @classmethod
     def of(cls, result: ProbeResult) -> ResultOut:
+        count = RunCount.of(result.status, result.details)
         return cls(kind=str(result.kind), status=str(result.status), reason=str(result.reason),
                    summary=result.summary, started_at=result.started_at,
                    duration_s=result.duration_s, image_digest=result.image_digest,
-                   spec_hash=result.spec_hash, details=result.details,
+                   spec_hash=result.spec_hash, runs=count.runs, failed_runs=count.failed,
+                   depth=str(count.depth) if count.depth is not None else None,
+                   details=result.details,
                    evidence=[EvidenceOut(**e.to_json()) for e in result.evidence])
 
 

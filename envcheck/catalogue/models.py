@@ -119,11 +119,18 @@ class Environment(EnvironmentEntry):
         fields = _SPEC_FIELDS[kind]
         if kind is ProbeKind.TESTS and self.harbor is not None:  # others keep their hashes
             fields = fields | {"harbor"}
+        dumped = self.model_dump(mode="json", include=fields)
+        tests = dumped.get("tests")
+        if isinstance(tests, dict):  # how deep, not what: switching keeps the evidence
+            for key in _UNHASHED_TESTS_KEYS:
+                tests.pop(key, None)
         # Sorted keys: reordering a mapping in the YAML does not change what is checked.
-        blob = json.dumps(self.model_dump(mode="json", include=fields), sort_keys=True)
+        blob = json.dumps(dumped, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# The tests spec's depth settings say how much evidence to gather, not what is checked.
+_UNHASHED_TESTS_KEYS = ("depth", "adaptive")
 _BASE_FIELDS = {"image", "workdir", "user", "shell", "limits"}
 _SPEC_FIELDS: dict[ProbeKind, set[str]] = {
     ProbeKind.TERMINAL: _BASE_FIELDS | {"tools", "timeouts"},

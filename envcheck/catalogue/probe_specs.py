@@ -33,8 +33,8 @@ from envcheck.catalogue.fields import (
 )
 from envcheck.core.testlogs import parser_names
 
-__all__ = ["DEFAULT_RERUNS", "TRICK_NAMES", "Adversarial", "ControlledSpec", "DependencySpec",
-           "Oracle", "ReportName", "TestSpec", "repeated"]
+__all__ = ["DEFAULT_RERUNS", "TRICK_NAMES", "AdaptiveDepth", "Adversarial", "ControlledSpec",
+           "DependencySpec", "Oracle", "ReportName", "TestSpec", "repeated"]
 
 _PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
@@ -228,6 +228,23 @@ class ControlledSpec(CatalogueModel):
 DEFAULT_RERUNS = 8
 
 
+class AdaptiveDepth(CatalogueModel):
+    """When ``depth: adaptive`` lets a long-healthy environment off with a light check (the
+    negative control and one shuffled positive run) instead of the whole protocol. Both
+    thresholds must hold, for the current image digest and spec, since its newest failure;
+    any failure, disagreement, error or suspect state validates in full again at once."""
+
+    light_after_runs: int = Field(36, ge=1, le=100_000, description=(
+        "clean runs of the current image digest and spec before a light check (36: four "
+        "full validations of 9 runs)"))
+    light_after_s: Seconds = Field(86400.0, description=(
+        "and for how long those runs must span (1d: four 6-hourly probes in full, which "
+        "catch a test failing 1 run in 10 with ~98% probability)"))
+    full_every_s: Seconds = Field(14 * 86400.0, description=(
+        "a full validation at least this often, however long the environment has been "
+        "healthy (14d)"))
+
+
 class TestSpec(ControlledSpec):
     """How to run an environment's tests, and what they must show (the ``tests`` probe)."""
 
@@ -255,6 +272,14 @@ class TestSpec(ControlledSpec):
         "runs of the positive control, each in a fresh container: the first in the declared "
         "order, the rest shuffled (if shuffle); any disagreement between runs is flaky. "
         f"{DEFAULT_RERUNS} catch a test failing 1 run in 3 with >= 95% probability"))
+    depth: Literal["adaptive", "fixed"] = Field("adaptive", description=(
+        "adaptive: the depth follows the evidence; a new image digest or spec, a failure, a "
+        "disagreement or a suspect state gets the whole protocol (reruns, confirmation), an "
+        "environment long healthy a light check (negative control + one shuffled positive "
+        "run; see adaptive). fixed: every probe runs the whole protocol (reruns pins it). "
+        "Neither is part of the spec hash: switching keeps the evidence"))
+    adaptive: AdaptiveDepth = Field(default_factory=AdaptiveDepth, description=(
+        "thresholds of depth: adaptive"))
     shuffle: bool = Field(True, description="shuffle the test order of every rerun after the "
                           "first, to reveal order dependence")
     timeout_s: Seconds = Field(300.0, description=(

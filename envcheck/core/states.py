@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from envcheck.core.depth import Depth
 from envcheck.core.results import Status
 
 __all__ = ["NEVER_CHECKED", "EnvState", "Observation"]
@@ -37,7 +38,10 @@ _SEVERITY = {EnvState.HEALTHY: 0, EnvState.UNKNOWN: 1, EnvState.DEGRADED: 2,
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One stored result, reduced to what the health model reads."""
+    """One stored result, reduced to what the health model reads: ``runs`` it holds (a tests
+    probe's reruns; one for other kinds), ``failed_runs`` of them (None: one of a failing
+    result, none of a pass) and the ``depth`` its probe went to (None: not a tests probe,
+    or one stored before depths existed, which always ran in full)."""
 
     status: Status
     reason: str
@@ -46,7 +50,19 @@ class Observation:
     spec_hash: str
     run_id: str = ""
     result_id: int | None = None
+    runs: int = 1
+    failed_runs: int | None = None
+    depth: Depth | None = None
 
     @property
     def identity(self) -> tuple[str | None, str]:
         return (self.image_digest, self.spec_hash)
+
+    @property
+    def run_split(self) -> tuple[int, int]:
+        """(passed runs, failed runs): a failing result holds at least one failed run."""
+        runs = max(self.runs, 1)
+        failing = self.status in (Status.FAIL, Status.FLAKY)
+        failed = self.failed_runs if self.failed_runs is not None else int(failing)
+        failed = min(max(failed, int(failing)), runs)
+        return runs - failed, failed

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from envcheck.core.depth import RunCount
+from envcheck.core.results import Status
 from envcheck.health.sprt import KindHealth, wilson_interval
 from envcheck.health.summary import env_summary
 from envcheck.store import Store
@@ -67,14 +69,17 @@ def environment_view(store: Store, env_id: str) -> EnvironmentView | None:
 
 
 def window_rates(lines: Sequence[ResultLine]) -> dict[str, tuple[int, int, float, float]]:
-    """Per kind over ``lines``: (failures, counted runs, Wilson low, Wilson high). Counted as
-    the health model counts: pass, fail and flaky; error and skip never count."""
+    """Per kind over ``lines``: (failed runs, counted runs, Wilson low, Wilson high). Counted
+    as the health model counts: runs, not probes (a tests probe holds several), of pass, fail
+    and flaky results; error and skip never count."""
     tally: dict[str, list[int]] = {}
     for line in lines:
         if line.status in ("pass", "fail", "flaky"):
+            count = RunCount.stored(Status(line.status), line.runs, line.failed_runs,
+                                    line.depth)
             entry = tally.setdefault(line.kind, [0, 0])
-            entry[0] += line.status != "pass"
-            entry[1] += 1
+            entry[0] += count.failed
+            entry[1] += count.runs
     return {k: (f, n, *wilson_interval(f, n)) for k, (f, n) in sorted(tally.items())}
 
 

@@ -9,6 +9,18 @@ failures with the defaults); once bad, the test restarts and must cross the lowe
 (about 15 clean passes) before the kind is healthy again. Bad with both outcomes seen is
 ``flaky``; bad with only failures is ``broken``. ``error`` and ``skip`` results never move
 anything, nor do results from cycles recorded as infrastructure incidents.
+
+**Runs, not probes.** A result holds runs (a tests probe's reruns, ``Observation.runs``; one
+for other kinds): the counts and the Wilson interval are of runs, and a clean result moves the
+test towards healthy by one pass step per run, so a light check (2 runs) weighs 2 and a full
+validation (9 runs) 9. Two things stay per result, on purpose: a failing result adds one
+failure step (its failed runs share one probe, one host, one hour: one piece of bad news),
+and, once bad, recovery counts clean *results* (a quarantine is lifted by clean probes over
+time, as before, not by one long probe).
+
+For the depth policy (``health.depth``) a kind also says how long its evidence has been clean:
+the runs and the start of the clean streak (since the newest failing result of the identity)
+and when the identity last had a full validation.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from envcheck.core.results import DEGRADED_REASONS, ProbeKind, Reason, Status
@@ -73,6 +86,9 @@ class KindHealth:
     reason: str  # the reason of the newest counted failure, or "ok"
     evidence: tuple[int, ...] = ()  # result ids of the failures that decided
     wilson: tuple[float, float] = (0.0, 1.0)
+    clean_runs: int = 0  # runs since the newest failing result of the identity
+    clean_since: datetime | None = None  # the first result of that clean streak
+    full_at: datetime | None = None  # the newest full validation of the identity
 
     @property
     def runs(self) -> int:
@@ -95,7 +111,9 @@ class KindHealth:
         return {"state": str(self.state), "reason": self.reason, "passes": self.passes,
                 "failures": self.failures, "llr": round(self.llr, 4),
                 "wilson": [round(x, 4) for x in self.wilson],
-                "image_digest": self.image_digest, "spec_hash": self.spec_hash}
+                "image_digest": self.image_digest, "spec_hash": self.spec_hash,
+                "clean_runs": self.clean_runs, "clean_since": _iso(self.clean_since),
+                "full_at": _iso(self.full_at)}
 
     @classmethod
     def from_json(cls, kind: str, doc: Mapping[str, Any]) -> KindHealth:
@@ -106,7 +124,24 @@ class KindHealth:
                    (doc.get("image_digest"), spec) if spec is not None else None,
                    float(doc.get("llr", 0.0)), int(doc.get("passes", 0)),
                    int(doc.get("failures", 0)), str(doc.get("reason", "")),
-                   wilson=(float(wilson[0]), float(wilson[1])))
+                   wilson=(float(wilson[0]), float(wilson[1])),
+                   clean_runs=int(doc.get("clean_runs") or 0),
+                   clean_since=_parse_at(doc.get("clean_since")),
+                   full_at=_parse_at(doc.get("full_at")))
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _parse_at(value: Any) -> datetime | None:
+    """A time :meth:`KindHealth.to_json` wrote; None when absent (a state stored before)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def wilson_interval(failures: int, runs: int, z: float = 1.96) -> tuple[float, float]:
@@ -143,14 +178,24 @@ def assess_kind(kind: ProbeKind, history: Iterable[Observation],
     llr, bad, passes, failures = 0.0, False, 0, 0
     seen_pass = seen_fail = False
     reason, evidence = str(Reason.OK), []
+    clean_runs = 0
+    clean_since: datetime | None = None
+    full_at: datetime | None = None
     for obs in current:
+        passed_runs, failed_runs = obs.run_split
+        passes += passed_runs
+        failures += failed_runs
+        if obs.depth is None or obs.depth.whole:
+            full_at = obs.started_at
         if obs.status is Status.PASS:
-            passes += 1
             seen_pass = True
-            llr += policy.pass_step
+            # runs weigh towards healthy; once bad, clean results do (see the module's doc)
+            llr += policy.pass_step * (1 if bad else passed_runs)
+            clean_since = clean_since or obs.started_at
+            clean_runs += passed_runs
         else:
-            failures += 1
             seen_fail = True
+            clean_runs, clean_since = 0, None
             reason = obs.reason
             if obs.result_id is not None:
                 evidence.append(obs.result_id)
@@ -176,7 +221,8 @@ def assess_kind(kind: ProbeKind, history: Iterable[Observation],
     else:
         state = EnvState.HEALTHY
     return KindHealth(kind, state, identity, llr, passes, failures, reason, tuple(evidence[-10:]),
-                      wilson_interval(failures, passes + failures))
+                      wilson_interval(failures, passes + failures), clean_runs, clean_since,
+                      full_at)
 
 
 @dataclass(frozen=True, slots=True)

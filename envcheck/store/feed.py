@@ -14,6 +14,7 @@ from sqlalchemy import func, insert, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
+from envcheck.core.depth import RunCount
 from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import Observation
 from envcheck.store.access import StoreAccess
@@ -44,22 +45,26 @@ OBSERVATION_WINDOW = 400
 class FeedRecords(StoreAccess):
     def observations(self, env_id: str, window: int = OBSERVATION_WINDOW
                      ) -> list[tuple[ProbeKind, Observation]]:
-        """An environment's newest results (per kind at most ``window``), for the model."""
+        """An environment's newest results (per kind at most ``window``), for the model, each
+        with the runs it holds (:class:`~envcheck.core.depth.RunCount`)."""
         table = RESULTS
         rank = func.row_number().over(
             partition_by=table.c.kind,
             order_by=(table.c.started_at.desc(), table.c.id.desc()),
         ).label("rank")
         names = ("kind", "status", "reason", "started_at", "image_digest", "spec_hash",
-                 "run_id", "id")
+                 "run_id", "id", "runs", "failed_runs", "depth")
         inner = (sa_select(*(table.c[n] for n in names), rank)
                  .where(table.c.env_id == env_id).subquery())
         query = sa_select(*(inner.c[n] for n in names)).where(inner.c.rank <= window)
         out: list[tuple[ProbeKind, Observation]] = []
         with self._session() as session:
-            for kind, status, reason, at, digest, spec, run_id, rid in session.execute(query):
-                out.append((ProbeKind(kind), Observation(Status(status), reason, at, digest,
-                                                         spec, run_id, rid)))
+            for (kind, status, reason, at, digest, spec, run_id, rid, runs, failed,
+                 depth) in session.execute(query):
+                count = RunCount.stored(Status(status), runs, failed, depth)
+                out.append((ProbeKind(kind), Observation(
+                    Status(status), reason, at, digest, spec, run_id, rid, count.runs,
+                    count.failed, count.depth)))
         return out
 
     def sync_suites(self, suites: Sequence[Suite]) -> None:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
+from envcheck.core.depth import DEPTH_KEY, RunCount
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.store.database import (
     UnknownRevision,
@@ -50,6 +51,8 @@ _IDS_BATCH = 500
 
 
 def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
+    count = RunCount.of(result.status, result.details)
+    said = DEPTH_KEY in result.details  # else NULL: one run, as every result before said
     return ProbeResultRow(
         run_id=run_id,
         env_id=result.env_id,
@@ -63,6 +66,9 @@ def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
         started_at=result.started_at,
         evidence=[e.to_json() for e in result.evidence],
         details=result.details,
+        runs=count.runs if said else None,
+        failed_runs=count.failed if said else None,
+        depth=str(count.depth) if count.depth is not None else None,
     )
 
 

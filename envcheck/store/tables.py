@@ -152,6 +152,12 @@ class ResultFields(SQLModel):
     duration_s: float
     image_digest: str | None = None
     spec_hash: str
+    # Runs the result holds and how many failed (NULL: one, failed if the result failed), and
+    # how deep a tests probe went (core.depth.Depth; NULL: not a tests probe, or stored before
+    # depths, when every probe ran in full): what the health model weighs (core.depth.RunCount).
+    runs: int | None = None
+    failed_runs: int | None = None
+    depth: str | None = None
 
 
 class ResultLine(ResultFields):

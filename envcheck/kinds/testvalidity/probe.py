@@ -18,6 +18,14 @@
    verdict for a coin-flip test at most (1/2)^8 = 0.4% likely; a nondeterministic test rarely
    needs more than one extra run.
 
+**Depth** (``core.depth``; the health model advises it through a
+:class:`~envcheck.kinds.testvalidity.depth.DepthAdvisor`): the above is a full validation. An
+environment long healthy under its current image digest and spec gets a **light check**: the
+negative control and one shuffled positive run. At the first doubt (a test that must pass did
+not, a fail-to-pass test passed without the oracle) it goes on to the whole protocol at once:
+the declared-order run, the other reruns, confirmation. The result says which
+(``details.depth``: mode, why, runs, failed runs), and the health model weighs its runs.
+
 **Dataset tasks** (SWE-bench style): every run first applies the spec's ``test_patch`` (after
 the oracle, as the harness applies it after the prediction), and an ``oracle.patch`` is the
 gold patch; a patch that does not apply ends the probe with ``test_patch_does_not_apply`` or
@@ -51,10 +59,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from envcheck.catalogue.probe_specs import TestSpec
+from envcheck.core.depth import DEPTH_KEY, Depth, DepthAdvice
 from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.adversarial.swebench import with_swebench_controls
 from envcheck.kinds.adversarial.testspec import with_controls
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
+from envcheck.kinds.testvalidity.depth import plan
 from envcheck.kinds.testvalidity.harbor import verify_harbor
 from envcheck.kinds.testvalidity.runs import Phase, Problem, Run, execute, network_error
 from envcheck.sandbox.base import Deadline
@@ -71,6 +81,7 @@ SETUP = {Reason.USER_MISSING, Reason.SHELL_MISSING, Reason.WORKDIR_MISSING,
          Reason.LOGIN_SHELL_BROKEN, Reason.TEST_PATCH_DOES_NOT_APPLY,
          Reason.GOLD_PATCH_DOES_NOT_APPLY}
 Kind = Literal["order", "random", "phase"]
+_FULL = DepthAdvice(Depth.FULL, "no evidence at hand")
 
 
 class _Stop(Exception):  # control flow: never leaves this module
@@ -89,8 +100,10 @@ class _Found:
 
 
 class _Validation:
-    def __init__(self, ctx: ProbeContext, spec: TestSpec) -> None:
-        self.ctx, self.spec = ctx, spec
+    def __init__(self, ctx: ProbeContext, spec: TestSpec,
+                 depth: DepthAdvice = _FULL) -> None:
+        self.ctx, self.spec, self.depth = ctx, spec, depth
+        self.escalated: str | None = None  # why a light check went on to the whole protocol
         self.f2p, self.p2p = tuple(spec.fail_to_pass), tuple(spec.pass_to_pass)
         self.declared = self.f2p + self.p2p
         self.runs: list[Run] = []
@@ -145,18 +158,43 @@ class _Validation:
         oracle = self.spec.oracle is not None
         phase = Phase.POSITIVE if oracle else Phase.NEGATIVE
         total = self.spec.reruns if oracle else self.spec.reruns - 1
+        # A light check's one run is shuffled; escalated, the declared order runs next.
+        light = self.depth.depth is Depth.LIGHT
+        declared_at = 1 if light else 0
         for i in range(total):
+            if light and i == 1:
+                self.escalated = self.doubt()
+                if self.escalated is None:
+                    break  # the light check stands: nothing to look into
             if self.deadline.expired():
                 self.notes.append(f"probe_s reached: {total - i} of {total} runs skipped")
                 break
             label = f"{phase} run {i + 1}/{total}"
-            if (oracle and i == 0) or not self.spec.shuffle:
+            if (oracle and i == declared_at) or not self.spec.shuffle:
                 self.run(phase, label)
             else:
                 seed, order = self.shuffled()
                 self.run(phase, label + " (shuffled)", order, seed)
         kinds = self.flakiness()
         return self.conclude(self.deterministic(kinds), kinds)
+
+    def doubt(self) -> str | None:
+        """Why a light check cannot stand on its runs (then the whole protocol runs): a test
+        that must pass did not (in any run so far: runs that disagree show it too), or a
+        fail-to-pass test passed without the oracle."""
+        failed = [t for t in self.declared if any(not r.passed(t) for r in self.comparable(t))]
+        if failed:
+            return f"{failed[0]} did not pass" + (
+                f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
+        fixed = [t for t in self.f2p if any(r.passed(t) for r in self.runs
+                                            if r.phase is Phase.NEGATIVE)]
+        return f"{fixed[0]} passed without the oracle" if fixed else None
+
+    def went_wrong(self, run: Run) -> bool:
+        """The run is invalid, or a test that must pass in it did not."""
+        return run.problem is not None or any(
+            not run.passed(t) for t in self.declared
+            if run.phase is Phase.POSITIVE or t in self.p2p)
 
     # --- flakiness ---------------------------------------------------------------------------
 
@@ -269,8 +307,20 @@ class _Validation:
         mode = ("fail-to-pass tests fail without the oracle and pass after it"
                 if self.spec.oracle is not None else
                 "fail-to-pass tests fail (no oracle declared: positive control skipped)")
-        return self.verdict(Status.PASS, Reason.OK, f"{len(self.runs)} runs agree: {mode}; "
-                            f"pass-to-pass tests pass", details)
+        light = " (a light check)" if self.light_stood() else ""
+        return self.verdict(Status.PASS, Reason.OK, f"{len(self.runs)} runs agree{light}: "
+                            f"{mode}; pass-to-pass tests pass", details)
+
+    def light_stood(self) -> bool:
+        return self.depth.depth is Depth.LIGHT and self.escalated is None
+
+    def depth_record(self) -> dict[str, Any]:
+        """How deep the probe went and why, and the runs it holds (core.depth.RunCount)."""
+        mode, why = self.depth.depth, self.depth.why
+        if self.depth.depth is Depth.LIGHT and not self.light_stood():
+            mode, why = Depth.FULL, f"escalated from a light check: {self.escalated}"
+        return {"mode": str(mode), "why": why, "runs": len(self.runs),
+                "failed_runs": sum(self.went_wrong(r) for r in self.runs)}
 
     def verdict(self, status: Status, reason: Reason, summary: str,
                 details: dict[str, Any] | None = None) -> Verdict:
@@ -279,6 +329,7 @@ class _Validation:
         info["container_start_s"] = round(sum(r.start_s for r in self.runs), 3)
         info.update(reruns=self.spec.reruns, shuffle=self.spec.shuffle,
                     oracle=self.spec.oracle is not None)
+        info[DEPTH_KEY] = self.depth_record()
         if self.notes:
             info["notes"] = self.notes
         return Verdict(status, reason, summary, info, self.evidence())
@@ -288,10 +339,7 @@ class _Validation:
         chosen: list[Run] = []
         for run in self.runs:
             first = all(r.phase is not run.phase for r in chosen)
-            odd = run.problem is not None or any(
-                not run.passed(t) for t in self.declared
-                if run.phase is Phase.POSITIVE or t in self.p2p)
-            if first or odd:
+            if first or self.went_wrong(run):
                 chosen.append(run)
         return tuple(e for r in chosen for e in r.evidence)[:EVIDENCE_MAX]
 
@@ -313,7 +361,7 @@ class TestsProbe(Probe):
             return verify_harbor(ctx, ctx.env.harbor)
         assert ctx.env.tests is not None  # applies() said so
         spec = ctx.env.tests
-        verdict = _Validation(ctx, spec).check()
+        verdict = _Validation(ctx, spec, plan(ctx, spec)).check()
         # adversarial controls, if declared, in the protocol the environment verifies by
         if spec.test_patch is not None:  # a dataset task: the SWE-bench harness's
             return with_swebench_controls(ctx, spec, verdict)

@@ -81,7 +81,7 @@ def stored_result(row: Any) -> StoredResult:
 
 
 LINE_COLUMNS = ("id", "run_id", "env_id", "kind", "status", "reason", "summary", "started_at",
-                "duration_s", "image_digest", "spec_hash")
+                "duration_s", "image_digest", "spec_hash", "runs", "failed_runs", "depth")
 FULL_COLUMNS = (*LINE_COLUMNS, "evidence", "details")
 
 

@@ -1,0 +1,69 @@
+"""The depth policy: how much a tests probe should validate, from the evidence for the
+environment's current identity. Pure (no I/O): the feed reads the stored state and asks here;
+the probe follows the advice; the bench simulates a fleet with the same function.
+
+- **Full** (the whole protocol: negative control, every rerun, confirmation) when there is no
+  evidence for the current image digest and spec, when the kind is anything but healthy
+  (unknown, degraded, flaky, broken) or quarantined, when the SPRT is not at its healthy
+  bound (a failure not yet outweighed), when the clean streak since the newest failure is
+  shorter than ``light_after_runs`` runs or spans less than ``light_after_s``, and at least
+  every ``full_every_s`` however long it has been healthy.
+- **Light** (the negative control and one shuffled positive run) otherwise. The probe itself
+  escalates a light check to the whole protocol at the first doubt (a failing test, runs that
+  disagree), and a light check holds only for the identity its evidence is for.
+- **Fixed** when the catalogue pins it (``tests.depth: fixed``): always the whole protocol.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from envcheck.catalogue.probe_specs import AdaptiveDepth
+from envcheck.core.depth import Depth, DepthAdvice
+from envcheck.core.states import EnvState
+from envcheck.health.sprt import HealthPolicy, KindHealth
+
+__all__ = ["advise"]
+
+_AT_BOUND = 1e-9  # the SPRT sits exactly on its lower bound once it has decided healthy
+_POLICY = HealthPolicy()
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def advise(settings: AdaptiveDepth | None, health: KindHealth | None, *, quarantined: bool,
+           now: datetime, policy: HealthPolicy = _POLICY) -> DepthAdvice:
+    """The depth of the next tests probe. ``settings`` None: the catalogue pins a fixed
+    depth; ``health``: the tests kind as last assessed (None: never)."""
+    if settings is None:
+        return DepthAdvice(Depth.FIXED, "fixed depth (tests.depth: fixed)")
+    if health is None or health.identity is None:
+        return DepthAdvice(Depth.FULL, "no evidence yet")
+    digest, spec = health.identity
+
+    def full(why: str) -> DepthAdvice:
+        return DepthAdvice(Depth.FULL, why, digest, spec)
+
+    if quarantined:
+        return full("quarantined")
+    if health.state is not EnvState.HEALTHY:
+        return full(f"suspect: {health.state} ({health.reason})")
+    if health.llr > policy.lower + _AT_BOUND:
+        return full("a failure not yet outweighed by clean runs")
+    if health.clean_runs < settings.light_after_runs or health.clean_since is None:
+        return full(f"{health.clean_runs} of {settings.light_after_runs} clean runs")
+    span = (now - health.clean_since).total_seconds()
+    if span < settings.light_after_s:
+        return full(f"clean for {_ago(span)} of {_ago(settings.light_after_s)}")
+    if health.full_at is None:
+        return full("no full validation of this identity")
+    since_full = (now - health.full_at).total_seconds()
+    if since_full >= settings.full_every_s:
+        return full(f"periodic full validation (last {_ago(since_full)} ago)")
+    return DepthAdvice(Depth.LIGHT, f"healthy for {health.clean_runs} runs over {_ago(span)}; "
+                       f"last full validation {_ago(since_full)} ago", digest, spec)
