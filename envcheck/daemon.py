@@ -31,11 +31,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import CatalogueError, InfraError
 from envcheck.executors.base import Executor, ExecutorConfig
 from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
 from envcheck.feed.assess import StoreAssessment
+from envcheck.feed.depth import StoreDepth
+from envcheck.kinds.base import Services
 from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
 from envcheck.schedule.scheduler import ProbeScheduler
@@ -138,7 +141,7 @@ def run_daemon(config: DaemonConfig) -> int:
     concurrency = max(config.concurrency, executor.capacity())
     scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
-                               services=build_services, assessment=StoreAssessment(store),
+                               services=_services, assessment=StoreAssessment(store),
                                on_cycle=notifier.wake if notifier is not None else None)
     # before the scheduler starts: the probe counters count from here
     metrics = StoreMetrics(store, scheduler,
@@ -171,6 +174,11 @@ def run_daemon(config: DaemonConfig) -> int:
         store.close()
         log.info("daemon stopped")
     return 0
+
+
+def _services(catalogue: Catalogue, store: Store) -> Services:
+    """The probes' collaborators, with the depth advice from the store's evidence."""
+    return build_services(catalogue, store, StoreDepth(store).advice)
 
 
 def _every(name: str, interval_s: float, stop: threading.Event, work: Callable[[], object],

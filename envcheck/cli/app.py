@@ -221,6 +221,7 @@ def check(
     """
     from envcheck.executors.base import ExecutorConfig
     from envcheck.feed.assess import previous_statuses
+    from envcheck.feed.depth import StoreDepth
     from envcheck.kinds.collaborators import build_services
     from envcheck.store.database import redact
     from envcheck.store.pending import PendingWrites, store_reason
@@ -247,7 +248,7 @@ def check(
 
         try:
             results = _run(envs, kinds, run_id, record, config, as_json,
-                           build_services(catalogue, store), store)
+                           build_services(catalogue, store, StoreDepth(store).advice), store)
         except KeyboardInterrupt:
             writes.interrupt_run(run_id)
             writes.flush()  # once: the user asked to stop, not to wait

@@ -37,6 +37,7 @@ import ray.exceptions
 from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK
+from envcheck.core.depth import DepthAdvice
 from envcheck.core.errors import ExecutorUnavailable, InfraError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason
 from envcheck.executors.base import RayOptions, infra_results
@@ -46,6 +47,7 @@ from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.datasource.probe import DataSourceChecker
 from envcheck.kinds.datasource.sampling import ShapeStore
 from envcheck.kinds.datasource.shapewrites import ThrottledShapes
+from envcheck.kinds.testvalidity.depth import DepthAdvisor
 
 __all__ = ["RayExecutor"]
 
@@ -168,14 +170,17 @@ class RayExecutor:
         checker = found if isinstance(found, DataSourceChecker) else None
         found = services.get(ControlsLedger) if services is not None else None
         ledger = found if isinstance(found, ControlsLedger) else None
+        found = services.get(DepthAdvisor) if services is not None else None
+        advisor = found if isinstance(found, DepthAdvisor) else None
+        tests = ProbeKind.TESTS in kinds
         pending: dict[Ref, _Job] = {}
         nodes = self._live_nodes()
         accepted: dict[str, Shape | None] = {}
         try:
             for env in envs:
-                prior = ledger.newest(env) if ledger is not None and \
-                    ProbeKind.TESTS in kinds else None
-                for job in self._jobs(env, kinds, run_id, checker, accepted, prior):
+                prior = ledger.newest(env) if ledger is not None and tests else None
+                depth = advisor.advice(env) if advisor is not None and tests else None
+                for job in self._jobs(env, kinds, run_id, checker, accepted, prior, depth):
                     if not _feasible(job.resources, nodes):
                         emit(self._unplaceable(job))
                         continue
@@ -212,10 +217,11 @@ class RayExecutor:
     def _jobs(self, env: Environment, kinds: Sequence[ProbeKind], run_id: str,
               checker: DataSourceChecker | None,
               accepted: dict[str, Shape | None],
-              prior: ProbeResult | None = None) -> list[_Job]:
+              prior: ProbeResult | None = None,
+              depth: DepthAdvice | None = None) -> list[_Job]:
         """One task per environment, or two when its data sources pin the datasource probe
         to a node (the other kinds need not go there); ``prior``: the earlier adversarial
-        evidence the tests probe may reuse."""
+        evidence the tests probe may reuse; ``depth``: the depth advice for it."""
         base = {self._options.docker_resource: self._options.docker_per_task}
         sources: tuple[DataSource, ...] | None = None
         if ProbeKind.DATASOURCE in kinds and checker is not None:
@@ -226,9 +232,11 @@ class RayExecutor:
         snapshot = {s.id: accepted.get(s.id) for s in sources or ()}
         pins = {s.node for s in sources or () if s.node is not None}
         if not pins:
-            return [_Job(CheckTask(env, tuple(kinds), run_id, sources, snapshot, prior), base)]
+            return [_Job(CheckTask(env, tuple(kinds), run_id, sources, snapshot, prior, depth),
+                         base)]
         others = tuple(k for k in kinds if k is not ProbeKind.DATASOURCE)
-        jobs = [_Job(CheckTask(env, others, run_id, prior=prior), base)] if others else []
+        jobs = [_Job(CheckTask(env, others, run_id, prior=prior, depth=depth), base)] \
+            if others else []
         pinned = {**base, **dict.fromkeys(sorted(pins), PIN_AMOUNT)}
         jobs.append(_Job(CheckTask(env, (ProbeKind.DATASOURCE,), run_id, sources, snapshot),
                          pinned))

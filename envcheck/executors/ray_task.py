@@ -4,7 +4,7 @@ The node builds its own engine client from its environment (``DOCKER_HOST``, ...
 worker process, and reaps what dead workers left on that engine; runs the same
 :func:`~envcheck.executors.cycle.check_environment` as the local executor, with no sink; and returns
 the results with the data-source shapes it observed. It writes nothing: the caller does. Earlier
-adversarial evidence comes with the task (the node has no store to ask).
+adversarial evidence and the depth advice come with the task (the node has no store to ask).
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from typing import Any
 
 from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.models import Environment
+from envcheck.core.depth import DepthAdvice
 from envcheck.core.errors import InfraError
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import check_environment, unchecked
 from envcheck.kinds.adversarial.ledger import ControlsLedger, RecordedEvidence
 from envcheck.kinds.datasource.probe import DataSourceChecker
+from envcheck.kinds.testvalidity.depth import DepthAdvisor
 from envcheck.sandbox.docker import DockerRuntime
 
 __all__ = ["CheckTask", "Observation", "RecordingShapes", "Shape", "TaskOutcome", "run_on_node"]
@@ -66,6 +68,9 @@ class CheckTask:
     # The environment's newest adversarial controls under its spec (ControlsLedger.newest):
     # the node reuses them if its image digest matches, as a local probe would.
     prior: ProbeResult | None = None
+    # The depth advice for its tests probe (feed.depth.StoreDepth, looked up by the caller):
+    # a light check holds only if the node finds the identity the advice is for.
+    depth: DepthAdvice | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +138,8 @@ def run_on_node(task: CheckTask) -> TaskOutcome:
         return TaskOutcome(tuple(_placed(r, where) for r in results))
     shapes = RecordingShapes(task.accepted)
     services: dict[type[Any], object] = {
-        ControlsLedger: ControlsLedger(RecordedEvidence([task.prior] if task.prior else []))}
+        ControlsLedger: ControlsLedger(RecordedEvidence([task.prior] if task.prior else [])),
+        DepthAdvisor: DepthAdvisor(lambda env: task.depth)}
     if task.sources is not None:
         services[DataSourceChecker] = DataSourceChecker(task.sources, shapes)
     results = check_environment(task.env, task.kinds, runtime, task.run_id, None, services)

@@ -25,7 +25,8 @@ from envcheck.health.sprt import HealthPolicy, KindHealth
 
 __all__ = ["advise"]
 
-_AT_BOUND = 1e-9  # the SPRT sits exactly on its lower bound once it has decided healthy
+# The SPRT sits on its lower bound once it has decided healthy (stored rounded to 4 places).
+_AT_BOUND = 1e-3
 _POLICY = HealthPolicy()
 
 

@@ -6,23 +6,32 @@ Build them once per process: their caches are scoped by run id already.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from envcheck.catalogue.models import Catalogue
+from envcheck.catalogue.models import Catalogue, Environment
+from envcheck.core.depth import DepthAdvice
 from envcheck.kinds.adversarial.ledger import ControlsLedger, PriorEvidence
 from envcheck.kinds.base import Services
 from envcheck.kinds.datasource.sampling import ShapeStore
+from envcheck.kinds.testvalidity.depth import DepthAdvisor
 
 __all__ = ["build_services"]
 
 
-def build_services(catalogue: Catalogue, shapes: ShapeStore) -> Services:
+def build_services(catalogue: Catalogue, shapes: ShapeStore,
+                   depth: Callable[[Environment], DepthAdvice | None] | None = None
+                   ) -> Services:
     """``shapes``: where data-source fingerprints are kept (the result store); a store that
-    also keeps earlier results lets the adversarial controls reuse their evidence."""
+    also keeps earlier results lets the adversarial controls reuse their evidence.
+    ``depth``: the depth advice for an environment's tests probe (``feed.depth.StoreDepth``);
+    without it every tests probe validates in full."""
     from envcheck.kinds.datasource.probe import DataSourceChecker
 
     services: dict[type[Any], object] = {
         DataSourceChecker: DataSourceChecker(catalogue.data_sources, shapes)}
     if isinstance(shapes, PriorEvidence):
         services[ControlsLedger] = ControlsLedger(shapes)
+    if depth is not None:
+        services[DepthAdvisor] = DepthAdvisor(depth)
     return services
