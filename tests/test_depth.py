@@ -136,7 +136,7 @@ def test_a_failure_not_yet_outweighed_validates_in_full() -> None:
     assert health.state is EnvState.HEALTHY and health.llr > HealthPolicy().lower
     got = advise(AdaptiveDepth(light_after_runs=1, light_after_s=1), health,
                  quarantined=False, now=T0 + timedelta(days=3))
-    assert got.depth is Depth.FULL and "not yet outweighed" in got.why
+    assert got.depth is Depth.FULL and "has not decided healthy" in got.why
 
 
 # --- runs, not probes ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ the probe follows the advice; the bench simulates a fleet with the same function
 - **Full** (the whole protocol: negative control, every rerun, confirmation) when there is no
   evidence for the current image digest and spec, when the kind is anything but healthy
   (unknown, degraded, flaky, broken) or quarantined, when the SPRT is not at its healthy
-  bound (a failure not yet outweighed), when the clean streak since the newest failure is
+  bound (a failure not yet outweighed, or fewer than ~15 runs), when the clean streak since the newest failure is
   shorter than ``light_after_runs`` runs or spans less than ``light_after_s``, and at least
   every ``full_every_s`` however long it has been healthy.
 - **Light** (the negative control and one shuffled positive run) otherwise. The probe itself
@@ -55,7 +55,8 @@ def advise(settings: AdaptiveDepth | None, health: KindHealth | None, *, quarant
     if health.state is not EnvState.HEALTHY:
         return full(f"suspect: {health.state} ({health.reason})")
     if health.llr > policy.lower + _AT_BOUND:
-        return full("a failure not yet outweighed by clean runs")
+        return full("the SPRT has not decided healthy yet (a failure not outweighed, or too "
+                    "few runs)")
     if health.clean_runs < settings.light_after_runs or health.clean_since is None:
         return full(f"{health.clean_runs} of {settings.light_after_runs} clean runs")
     span = (now - health.clean_since).total_seconds()
