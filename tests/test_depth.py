@@ -130,8 +130,8 @@ def test_the_clean_streak_must_span_the_time_too() -> None:
 
 def test_a_failure_not_yet_outweighed_validates_in_full() -> None:
     # healthy again (LLR below 0) but not back at the SPRT's lower bound
-    history = every_6h("ppppp") + [obs("fail", T0 + timedelta(days=2), runs=1, n=9)] + [
-        obs("pass", T0 + timedelta(days=2, hours=1), runs=9, n=10)]
+    history = [*every_6h("ppppp"), obs("fail", T0 + timedelta(days=2), runs=1, n=9),
+               obs("pass", T0 + timedelta(days=2, hours=1), runs=9, n=10)]
     health = health_of(history)
     assert health.state is EnvState.HEALTHY and health.llr > HealthPolicy().lower
     got = advise(AdaptiveDepth(light_after_runs=1, light_after_s=1), health,

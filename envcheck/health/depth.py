@@ -5,9 +5,9 @@ the probe follows the advice; the bench simulates a fleet with the same function
 - **Full** (the whole protocol: negative control, every rerun, confirmation) when there is no
   evidence for the current image digest and spec, when the kind is anything but healthy
   (unknown, degraded, flaky, broken) or quarantined, when the SPRT is not at its healthy
-  bound (a failure not yet outweighed, or fewer than ~15 runs), when the clean streak since the newest failure is
-  shorter than ``light_after_runs`` runs or spans less than ``light_after_s``, and at least
-  every ``full_every_s`` however long it has been healthy.
+  bound (a failure not yet outweighed, or fewer than ~15 runs), when the clean streak since
+  the newest failure is shorter than ``light_after_runs`` runs or began less than
+  ``light_after_s`` ago, and at least every ``full_every_s`` however long it has been healthy.
 - **Light** (the negative control and one shuffled positive run) otherwise. The probe itself
   escalates a light check to the whole protocol at the first doubt (a failing test, runs that
   disagree), and a light check holds only for the identity its evidence is for.
