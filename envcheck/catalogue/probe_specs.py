@@ -234,12 +234,13 @@ class AdaptiveDepth(CatalogueModel):
     thresholds must hold, for the current image digest and spec, since its newest failure;
     any failure, disagreement, error or suspect state validates in full again at once."""
 
-    light_after_runs: int = Field(36, ge=1, le=100_000, description=(
-        "clean runs of the current image digest and spec before a light check (36: four "
-        "full validations of 9 runs)"))
-    light_after_s: Seconds = Field(86400.0, description=(
-        "and for how long those runs must span (1d: four 6-hourly probes in full, which "
-        "catch a test failing 1 run in 10 with ~98% probability)"))
+    light_after_runs: int = Field(27, ge=1, le=100_000, description=(
+        "clean runs of the current image digest and spec before a light check (27: three "
+        "full validations of 9 runs; the SPRT itself decides healthy after ~15)"))
+    light_after_s: Seconds = Field(64800.0, description=(
+        "and how long ago that clean streak must have begun (18h: three 6-hourly probes in "
+        "full, then a light one, in a new digest's first day: a test failing 1 run in 10 is "
+        "caught with ~95% probability, 1 in 5 with >99.8%; bench/adaptive.py)"))
     full_every_s: Seconds = Field(14 * 86400.0, description=(
         "a full validation at least this often, however long the environment has been "
         "healthy (14d)"))
