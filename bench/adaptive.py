@@ -46,7 +46,6 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -139,10 +138,7 @@ def run_probe(rng: random.Random, digest: Digest, light: bool, noise: float
         """A run's outcome; None: a transient failure ended the probe."""
         if noise and rng.random() < noise:
             return None
-        if digest.kind == "broken":
-            ok = not positive
-        else:
-            ok = rng.random() >= digest.p
+        ok = not positive if digest.kind == "broken" else rng.random() >= digest.p
         outcomes.append(ok)
         return ok
 
@@ -421,7 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     ratio = adaptive["sandbox_s_per_day"] / fixed["sandbox_s_per_day"]
-    met: Callable[[bool], str] = lambda ok: "met" if ok else "NOT met"
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
     print(f"targets: cost {ratio:.3f}x <= {TARGET_COST} {met(ratio <= TARGET_COST)}; "
           f"flaky within 24 h {adaptive['flaky_within_24h']:.1%} >= {TARGET_CAUGHT:.0%} "
           f"{met(adaptive['flaky_within_24h'] >= TARGET_CAUGHT)}; false quarantines "

@@ -34,7 +34,8 @@ from tests.test_tests_probe import F2P, P2P, FakeRuntime, Script, healthy
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 KIND = ProbeKind.TESTS
 DIGEST, SPEC = "sha256:a", "spec"
-SETTINGS = AdaptiveDepth()
+# Thresholds of their own, so the tests read in whole days; the defaults are asserted below.
+SETTINGS = AdaptiveDepth(light_after_runs=36, light_after_s=86400.0)
 
 
 def obs(status: str, at: datetime, runs: int = 9, failed: int | None = None,
@@ -66,6 +67,13 @@ def advice(seq: str, now: datetime, quarantined: bool = False,
 
 
 # --- the policy (pure) ---------------------------------------------------------------------
+
+
+def test_the_defaults() -> None:
+    # three full validations over 18 h before a light check, a full one every 14 days
+    assert AdaptiveDepth() == AdaptiveDepth(light_after_runs=27, light_after_s=18 * 3600.0,
+                                            full_every_s=14 * 86400.0)
+    assert TestSpec(command="x").depth == "adaptive"
 
 
 def test_no_evidence_or_a_fixed_depth_validates_in_full() -> None:
@@ -122,7 +130,7 @@ def test_anything_but_a_long_clean_streak_validates_in_full(seq: str, quarantine
 
 def test_the_clean_streak_must_span_the_time_too() -> None:
     seq = "pppppfpp"  # clean again from 36 h on: 18 runs, 12 h at the next probe
-    settings = AdaptiveDepth(light_after_runs=18)
+    settings = AdaptiveDepth(light_after_runs=18, light_after_s=86400.0)
     got = advice(seq, T0 + timedelta(hours=48), settings=settings)
     assert got.depth is Depth.FULL and "clean for 12.0h of 1.0d" in got.why, got.why
     assert advice(seq, T0 + timedelta(hours=60), settings=settings).depth is Depth.LIGHT
