@@ -41,6 +41,7 @@ from envcheck.feed.depth import StoreDepth
 from envcheck.kinds.base import Services
 from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
+from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
 from envcheck.store.retention import Retention
@@ -77,6 +78,9 @@ class DaemonConfig:
     metrics_series: Literal["environment", "suite"] = "environment"
     # enables the API's mutations; read and checked by the CLI before anything starts
     api_token: str | None = field(default=None, repr=False)  # a secret: never in a repr
+    # sandbox-seconds per hour: the fleet's, and (suite, seconds) per suite; None: no budget
+    budget_s: float | None = None
+    suite_budgets: tuple[tuple[str, float], ...] = ()
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
@@ -142,7 +146,8 @@ def run_daemon(config: DaemonConfig) -> int:
     scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
                                services=_services, assessment=StoreAssessment(store),
-                               on_cycle=notifier.wake if notifier is not None else None)
+                               on_cycle=notifier.wake if notifier is not None else None,
+                               budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)))
     # before the scheduler starts: the probe counters count from here
     metrics = StoreMetrics(store, scheduler,
                            per_environment=config.metrics_series == "environment")

@@ -492,6 +492,13 @@ def daemon(
         envvar="ENVCHECK_METRICS_SERIES", help="/metrics series per environment and per "
         "suite, or per suite alone (a large fleet: alerts.yaml has per-suite variants)")
     ] = "environment",
+    budget: Annotated[float | None, typer.Option(
+        envvar="ENVCHECK_BUDGET", min=1.0, metavar="SECONDS",
+        help="sandbox-seconds per hour for the whole fleet: the probes worth most run first "
+        "(new, stale, suspect), the rest wait (default: no budget)")] = None,
+    suite_budget: Annotated[list[str] | None, typer.Option(
+        envvar="ENVCHECK_SUITE_BUDGET", metavar="SUITE=SECONDS",
+        help="sandbox-seconds per hour for one suite (repeatable)")] = None,
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     import os
@@ -507,7 +514,8 @@ def daemon(
     configure(log_level)
     # Every setting is checked here, before the engine, the store, the scheduler or the HTTP
     # port is touched: bad input exits 2 with one line each, and nothing has started.
-    _load(paths)
+    catalogue = _load(paths)
+    suite_budgets = _suite_budgets(suite_budget or [], {s.id for s in catalogue.suites})
     retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
     try:  # read once, here: a missing secret stops the start, not the first alert
         hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
@@ -528,13 +536,39 @@ def daemon(
                           database=store_url_or_exit(database),
                           webhooks=hooks, external_url=external_url, api_token=token,
                           retention=retention, prune_every_s=prune_every,
-                          metrics_series=metrics_series)
+                          metrics_series=metrics_series, budget_s=budget,
+                          suite_budgets=suite_budgets)
     try:
         code = run_daemon(config)
     except StoreError as exc:
         err.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_INFRA) from None
     raise typer.Exit(code)
+
+
+def _suite_budgets(given: list[str], suites: set[str]) -> tuple[tuple[str, float], ...]:
+    """``SUITE=SECONDS`` pairs, each naming a suite of the catalogue; one line and exit 2
+    for each that does not."""
+    out: dict[str, float] = {}
+    problems: list[str] = []
+    for item in given:
+        suite, sep, raw = item.partition("=")
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = float("nan")
+        if not sep or not suite or not seconds > 0 or seconds == float("inf"):
+            problems.append(f"--suite-budget {item!r}: write SUITE=SECONDS, sandbox-seconds "
+                            f"per hour above 0 (e.g. train=36000)")
+        elif suite not in suites:
+            problems.append(f"--suite-budget {item!r}: the catalogue has no suite {suite!r}")
+        else:
+            out[suite] = seconds
+    for problem in problems:
+        err.print(f"[red]error[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+    if problems:
+        raise typer.Exit(EXIT_USAGE)
+    return tuple(sorted(out.items()))
 
 
 app.command()(gate)

@@ -39,6 +39,17 @@ __all__ = ["INCIDENT_KINDS", "LiveSchedule", "StoreMetrics"]
 INCIDENT_KINDS = ("engine_unreachable", "failure_storm")  # exported at 0 before the first
 
 
+class _BudgetLine(Protocol):
+    @property
+    def suite(self) -> str | None: ...
+    @property
+    def limit_s(self) -> float | None: ...
+    @property
+    def spent_s(self) -> float: ...
+    @property
+    def backlog(self) -> int: ...
+
+
 class _Counters(Protocol):
     @property
     def queued(self) -> int: ...
@@ -46,6 +57,10 @@ class _Counters(Protocol):
     def running(self) -> int: ...
     @property
     def lags(self) -> Iterable[float]: ...
+    @property
+    def deferred_total(self) -> int: ...
+    @property
+    def budget(self) -> Sequence[_BudgetLine]: ...
 
 
 class _Held(Protocol):
@@ -223,5 +238,37 @@ class StoreMetrics(Collector):
                                    "Held results dropped: over the bound, or refused for "
                                    "their data")
         lost.add_metric([], writes.dropped)
-        return depth, running, lag, jobs, held, lost
+        return (depth, running, lag, jobs, held, lost, *_budget_families(stats))
+
+
+def _budget_families(stats: _Counters) -> Iterable[Metric]:
+    """The budget (envcheck daemon --budget, --suite-budget): what it allows per hour, what
+    was spent over the last hour, and the probes waiting for it; the fleet's, then per suite
+    for the suites with a budget of their own."""
+    lines = list(stats.budget)
+    fleet, suites = (lines[0], lines[1:]) if lines else (None, [])
+
+    def pair(name: str, help_text: str, value: Callable[[_BudgetLine], float | None]
+             ) -> Iterable[Metric]:
+        whole = GaugeMetricFamily(f"envcheck_{name}", f"The fleet's {help_text}")
+        each = GaugeMetricFamily(f"envcheck_suite_{name}", f"A suite's {help_text}",
+                                 labels=["suite"])
+        if fleet is not None and (got := value(fleet)) is not None:
+            whole.add_metric([], got)
+        for line in suites:
+            if (got := value(line)) is not None:
+                each.add_metric([line.suite or ""], got)
+        return whole, each
+
+    yield from pair("budget_sandbox_seconds", "budget: sandbox-seconds per hour (absent: none)",
+                    lambda line: line.limit_s)
+    yield from pair("budget_spent_sandbox_seconds",
+                    "sandbox-seconds probes took over the last hour", lambda line: line.spent_s)
+    yield from pair("budget_backlog", "probes waiting for the budget now",
+                    lambda line: float(line.backlog))
+    deferred = CounterMetricFamily("envcheck_budget_deferred",
+                                   "Probes the budget deferred at least once, since envcheck "
+                                   "started")
+    deferred.add_metric([], stats.deferred_total)
+    yield deferred
 

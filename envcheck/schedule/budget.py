@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["NEW", "NORMAL", "QUARANTINED", "STALE", "SUSPECT", "WINDOW_S", "Budget",
-           "BudgetLimits", "worth"]
+           "BudgetLimits", "BudgetLine", "worth"]
 
 NEW, STALE, SUSPECT, NORMAL, QUARANTINED = range(5)
 WINDOW_S = 3600.0  # the budget is per hour, over the last hour
@@ -61,6 +61,16 @@ class BudgetLimits:
 
 
 _FLEET = ""  # the scope key of the whole fleet
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLine:
+    """What the metrics show of one scope: the fleet (``suite`` None) or a suite."""
+
+    suite: str | None
+    limit_s: float | None  # sandbox-seconds per hour; None: no budget
+    spent_s: float  # over the last hour
+    backlog: int  # work waiting for the budget now
 
 
 class Budget:
@@ -103,6 +113,13 @@ class Budget:
         for scope in (_FLEET, suite):
             left = self._running.get(scope, 0.0) - estimate_s
             self._running[scope] = max(left, 0.0)
+
+    def lines(self, now: float, backlog: Mapping[str, int]) -> tuple[BudgetLine, ...]:
+        """The fleet's line, then one per suite with a budget; ``backlog``: deferred work
+        per suite."""
+        fleet = BudgetLine(None, self.limits.fleet, self.spent(now), sum(backlog.values()))
+        return (fleet, *(BudgetLine(suite, limit, self.spent(now, suite), backlog.get(suite, 0))
+                         for suite, limit in sorted(self.limits.suites.items())))
 
     def charge(self, suite: str, seconds: float, now: float) -> None:
         """A probe of ``suite`` took ``seconds`` of a sandbox, ending ``now``."""

@@ -20,6 +20,13 @@ tick that finds the store writable again. A closed window whose results are not 
 waits, and is assessed once they are (in the order windows closed): never assessed on half
 its results, never dropped. At stop, held writes get what is left of the grace period.
 
+A **budget** of sandbox-seconds per hour (:mod:`.budget`; the fleet's and per suite, both
+optional) is spent on the queue's best work first: work it cannot afford now is deferred
+(still queued, so its next due time is refused and it is probed less often) and competes
+again, re-ranked, every few seconds and whenever a probe ends. Each window that ends with
+work deferred says so in the log (how many, per suite); the metrics show spend, budget and
+backlog.
+
 Idle cost: APScheduler sleeps until the next job is due (the enqueue runs inline in its
 thread, no pool), workers sleep on a condition, and an empty window costs one query.
 """
@@ -50,6 +57,7 @@ from envcheck.core.errors import StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
+from envcheck.schedule.budget import Budget, BudgetLimits, BudgetLine, worth
 from envcheck.schedule.workqueue import Key, Work, WorkQueue
 from envcheck.store import Store
 from envcheck.store.core_tables import RESULTS, RUNS, STATES
@@ -61,7 +69,6 @@ __all__ = ["ProbeScheduler", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
-STALE, SUSPECT, NORMAL, QUARANTINED = 0, 1, 2, 3
 WINDOW_JOB = "envcheck:window"
 CATCH_UP_JOB = "envcheck:catch-up"
 CATCH_UP_BATCH = 200
@@ -71,6 +78,12 @@ RESTART_SPREAD_S = 5.0
 STALE_INTERVALS = 2.0
 # Results kept in memory by windows waiting for the store (besides those it holds).
 WAITING_RESULTS_MAX = DEFAULT_LIMIT
+# What a probe is expected to cost before it ever ran (then: its newest duration).
+DEFAULT_ESTIMATE_S = 60.0
+# How often deferred work looks at the budget again when nothing else wakes the workers,
+# and at most how often it does when probes end.
+BUDGET_RETRY_S = 5.0
+RELEASE_MIN_S = 1.0
 
 
 class WindowOutcome(Protocol):
@@ -115,6 +128,9 @@ class SchedulerStats:
     last_lag_s: float = 0.0
     max_lag_s: float = 0.0
     lags: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    deferred_total: int = 0  # probes the budget deferred at least once, since start
+    # the fleet's budget line, then each suite's with a budget: refreshed as work moves
+    budget: tuple[BudgetLine, ...] = ()
 
 
 def _epoch(at: datetime) -> float:
@@ -176,7 +192,8 @@ class ProbeScheduler:
                  services: Callable[[Catalogue, Store], Services] | None = None,
                  assessment: Assessment,
                  on_cycle: Callable[[], None] | None = None,
-                 writes: PendingWrites | None = None) -> None:
+                 writes: PendingWrites | None = None,
+                 budget: BudgetLimits | None = None) -> None:
         self._catalogue = catalogue
         self._envs = {env.id: env for env in catalogue.environments}
         self._executor = executor  # where checks run: this engine, or Ray tasks on nodes
@@ -208,7 +225,13 @@ class ProbeScheduler:
         self._suspect: set[str] = set()
         self._generation = -1
         self._window: Window | None = None
+        self._budget = Budget(budget or BudgetLimits())
+        self._cost: dict[Key, float] = {}  # newest duration: the budget's estimate
+        self._new: set[Key] = set()  # defined anew by a reload, no result since
+        self._budget_freed = False  # a probe ended since deferred work last looked
+        self._released_at = float("-inf")  # monotonic
         self.stats = SchedulerStats()
+        self._note_budget(time.time())
         self._aps = BackgroundScheduler(
             timezone=UTC,
             executors={"default": _EnqueueExecutor(), "window": ThreadPoolExecutor(1)},
@@ -316,6 +339,9 @@ class ProbeScheduler:
             for env in changed:  # added, or defined anew
                 kinds = env.declared_kinds()
                 before = old.get(env.id)
+                with self._lock:  # a new image or spec: evidence nobody has, worth most
+                    self._new.update((env.id, k) for k in kinds if before is None
+                                     or before.spec_hash(k) != env.spec_hash(k))
                 for kind in before.declared_kinds() if before is not None else []:
                     if kind not in kinds:
                         removed += self._unschedule(env.id, kind)
@@ -410,13 +436,44 @@ class ProbeScheduler:
         return 1
 
     def _priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
-        if env_id in self._quarantined:
-            return QUARANTINED
+        """What the next probe of (env, kind) is worth (:func:`.budget.worth`)."""
         last = self._last_at.get((env_id, kind))
-        interval = self._interval(self._envs[env_id], kind)
-        if last is None or (interval is not None and now - last > STALE_INTERVALS * interval):
-            return STALE
-        return SUSPECT if env_id in self._suspect else NORMAL
+        env = self._envs.get(env_id)
+        interval = self._interval(env, kind) if env is not None else None
+        stale = last is None or (interval is not None and now - last > STALE_INTERVALS * interval)
+        return worth(new=(env_id, kind) in self._new, stale=stale,
+                     suspect=env_id in self._suspect, quarantined=env_id in self._quarantined)
+
+    # --- the budget (call holding the lock) -----------------------------------------------
+
+    def _estimate(self, key: Key) -> float:
+        return self._cost.get(key, DEFAULT_ESTIMATE_S)
+
+    def _afford(self, work: Work, env: Environment) -> bool:
+        return self._budget.affordable(env.suite, self._estimate(work.key), time.time())
+
+    def _release_deferred(self) -> None:
+        """Deferred work competes again, re-ranked: when a probe ended (its estimate is
+        free), at most every RELEASE_MIN_S, and every BUDGET_RETRY_S as the hour slides on.
+        Bounded so: each release re-ranks the whole backlog."""
+        if not self._queue.deferred_count:
+            return
+        now = time.monotonic()
+        since = now - self._released_at
+        if since < RELEASE_MIN_S or (since < BUDGET_RETRY_S and not self._budget_freed):
+            return
+        self._released_at, self._budget_freed = now, False
+        at = time.time()
+        self._queue.release_deferred(lambda w: self._priority(w.env_id, w.kind, at))
+
+    def _note_budget(self, now: float) -> None:
+        backlog: dict[str, int] = {}
+        for work in self._queue.deferred:
+            env = self._envs.get(work.env_id)
+            suite = env.suite if env is not None else ""
+            backlog[suite] = backlog.get(suite, 0) + 1
+        self.stats.budget = self._budget.lines(now, backlog)
+        self.stats.deferred_total = self._queue.deferred_total
 
     def _due(self, env_id: str, kind: ProbeKind, due: float | None = None) -> bool:
         now = time.time()
@@ -436,16 +493,24 @@ class ProbeScheduler:
     # --- work ---------------------------------------------------------------------------
 
     def _work(self) -> None:
+        afford = self._afford if self._budget.limits.limited else None
         while True:
             with self._lock:
                 picked = None
                 while picked is None:
                     if self._stopping.is_set():
                         return
-                    picked = self._queue.take(self._envs.get)
+                    self._release_deferred()
+                    picked = self._queue.take(self._envs.get, afford)
                     if picked is None:
-                        self._work_ready.wait()
+                        self._note_budget(time.time())
+                        # deferred work looks again as the hour slides on
+                        self._work_ready.wait(BUDGET_RETRY_S if self._queue.deferred_count
+                                              else None)
                 work, env = picked
+                estimate = self._estimate(work.key)
+                self._budget.start(env.suite, estimate)
+                self._note_budget(time.time())
                 self.stats.queued, self.stats.running = self._queue.queued, self._queue.running
             try:
                 self._run(work, env)
@@ -454,6 +519,8 @@ class ProbeScheduler:
                                                           "kind": str(work.kind)})
             finally:
                 with self._lock:
+                    self._budget.end(env.suite, estimate)
+                    self._budget_freed = True  # deferred work may fit now
                     self._queue.done(work, env)
                     self.stats.completed += 1
                     self.stats.queued, self.stats.running = (self._queue.queued,
@@ -497,6 +564,13 @@ class ProbeScheduler:
                     window.before[key] = self._last[key]
                 self._last[key] = result.status
                 self._last_at[key] = _epoch(result.started_at)
+                self._cost[key] = result.duration_s
+                self._new.discard(key)
+                env = self._envs.get(result.env_id)
+                now = time.time()
+                self._budget.charge(env.suite if env is not None else "", result.duration_s,
+                                    now)
+                self._note_budget(now)
                 window.results.append(result)
                 window.env_ids.add(result.env_id)
         finally:
@@ -528,6 +602,7 @@ class ProbeScheduler:
                     while window is not None and window.writers:
                         self._records_done.wait()
             self._flush_held()
+            self._report_budget()
             if window is not None and window.run_id is not None:
                 self._waiting.append(window)
             outcome, assessed = self._assess_waiting(window)
@@ -538,6 +613,21 @@ class ProbeScheduler:
                 except StoreError as exc:
                     log.error("store unreadable", extra={"error": store_reason(exc)})
             return outcome
+
+    def _report_budget(self) -> None:
+        """Say what the budget could not afford, once a window, while it cannot."""
+        with self._lock:
+            self._note_budget(time.time())
+            lines = self.stats.budget
+        fleet = lines[0] if lines else None
+        if fleet is None or not fleet.backlog:
+            return
+        log.warning("budget exhausted: probes deferred", extra={
+            "deferred": fleet.backlog, "spent_s": round(fleet.spent_s, 1),
+            "budget_s": fleet.limit_s,
+            "suites": {line.suite: {"deferred": line.backlog, "spent_s": round(line.spent_s, 1),
+                                    "budget_s": line.limit_s}
+                       for line in lines[1:] if line.backlog}})
 
     def _flush_held(self) -> None:
         held = self._writes.held

@@ -11,6 +11,9 @@ Bookkeeping only, no threads and no lock of its own: the scheduler calls it hold
   probe's cost is the environment's alone): it waits until the environment's other work
   ends, and the environment's other work waits while it runs or waits.
 - **Dedupe**: an (environment, kind) already queued or running is refused.
+- **Budget**: work the caller cannot afford now (``take``'s ``afford``) is set aside as
+  deferred, still queued (so its next due time is refused too: it is probed less often), and
+  goes back, re-ranked, when the caller says the budget has room again (``release_deferred``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind
@@ -51,9 +54,12 @@ class WorkQueue:
         self._active: dict[str, int] = {}  # environment -> its work running now
         self._alone: set[str] = set()  # environments whose running work must be alone
         self._held: dict[str, list[Work]] = {}  # environment -> heap of work waiting for it
+        self._deferred: list[Work] = []  # work the budget could not afford, in no order
+        self._ever_deferred: set[int] = set()  # seq of queued work deferred at least once
         self._seq = itertools.count()
         self.queued = 0
         self.running = 0
+        self.deferred_total = 0  # work deferred at least once, since start
 
     def __contains__(self, key: Key) -> bool:
         return key in self._busy
@@ -67,15 +73,27 @@ class WorkQueue:
         self.queued += 1
         return True
 
-    def take(self, resolve: Callable[[str], Environment | None]
+    @property
+    def deferred(self) -> list[Work]:
+        """Work waiting for the budget now."""
+        return list(self._deferred)
+
+    @property
+    def deferred_count(self) -> int:
+        return len(self._deferred)
+
+    def take(self, resolve: Callable[[str], Environment | None],
+             afford: Callable[[Work, Environment], bool] | None = None
              ) -> tuple[Work, Environment] | None:
-        """The best work whose image has a free slot, now counted as running; None if there
-        is none. ``resolve`` gives the environment now (None: gone, its work is dropped)."""
+        """The best work whose image has a free slot (and that ``afford`` allows, if given),
+        now counted as running; None if there is none. ``resolve`` gives the environment now
+        (None: gone, its work is dropped)."""
         while self._pending:
             work = heapq.heappop(self._pending)
             env = resolve(work.env_id)
             if env is None:
                 self._busy.discard(work.key)
+                self._ever_deferred.discard(work.seq)
                 self.queued -= 1
                 continue
             alone = _alone(work, env)
@@ -86,6 +104,13 @@ class WorkQueue:
             if self._running.get(env.image, 0) >= self._per_image:
                 heapq.heappush(self._blocked.setdefault(env.image, []), work)
                 continue
+            if afford is not None and not afford(work, env):
+                self._deferred.append(work)
+                if work.seq not in self._ever_deferred:
+                    self._ever_deferred.add(work.seq)
+                    self.deferred_total += 1
+                continue
+            self._ever_deferred.discard(work.seq)
             self.queued -= 1
             self.running += 1
             self._running[env.image] = self._running.get(env.image, 0) + 1
@@ -117,13 +142,23 @@ class WorkQueue:
             for held in self._held.pop(env.id, []):
                 heapq.heappush(self._pending, held)
 
+    def release_deferred(self, rank: Callable[[Work], int]) -> int:
+        """Deferred work competes again, ranked anew by ``rank`` (what waited long enough
+        may be stale now); how much."""
+        released, self._deferred = self._deferred, []
+        for work in released:
+            heapq.heappush(self._pending, replace(work, priority=rank(work)))
+        return len(released)
+
     def clear(self) -> int:
         """Drop every queued work (running work stays counted); how many were dropped."""
         dropped = [*self._pending, *itertools.chain.from_iterable(self._blocked.values()),
-                   *itertools.chain.from_iterable(self._held.values())]
+                   *itertools.chain.from_iterable(self._held.values()), *self._deferred]
         self._pending.clear()
         self._blocked.clear()
         self._held.clear()
+        self._deferred.clear()
+        self._ever_deferred.clear()
         for work in dropped:
             self._busy.discard(work.key)
         self.queued = 0
