@@ -37,6 +37,7 @@ from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.assess import StoreAssessment, evaluate
 from envcheck.metrics import StoreMetrics
 from envcheck.sandbox.docker import DockerRuntime
+from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
@@ -94,7 +95,8 @@ def test_every_alert_is_complete_and_unit_tested_both_ways() -> None:
     alerts = {r["alert"]: r for r in load_rules() if "alert" in r}
     assert {"EnvironmentQuarantined", "SuiteHealthyFractionLow", "SuiteHealthyFractionCritical",
             "DataSourceDown", "DataSourceSchemaDrift", "EnvironmentRewardHackable",
-            "EnvcheckInfraIncident", "StaleResults",
+            "EnvcheckInfraIncident", "StaleResults", "EnvcheckBudgetExhausted",
+            "SuiteBudgetExhausted",
             "EnvcheckDown", "EnvcheckAbsent"} <= set(alerts)
     for name, rule in alerts.items():
         assert rule.get("for"), f"{name}: no `for`"
@@ -191,8 +193,10 @@ def scrape_seeded(tmp_path: Path, per_environment: bool) -> str:
     now = datetime.now(UTC)
     with open_store(f"sqlite:///{tmp_path / 'lint.db'}") as store:
         seed(store, catalogue, now)
+        # with budgets, so the budget's metrics (read by two alerts) are there too
         scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
-                                   assessment=StoreAssessment(store))
+                                   assessment=StoreAssessment(store),
+                                   budget=BudgetLimits(fleet=36000.0, suites={"lint": 3600.0}))
         return StoreMetrics(store, scheduler, now=now.timestamp,
                             per_environment=per_environment).render().decode()
 
