@@ -49,7 +49,9 @@ UNIT_TESTS = ROOT / "tests" / "alerts"
 SEVERITIES = {"critical", "warning", "info"}
 # Labels envcheck's metrics may carry: all bounded by the fleet or a fixed vocabulary.
 # `trick`: the adversarial controls' fixed library (TRICK_NAMES), like `kind`.
-BOUNDED_LABELS = {"env", "suite", "kind", "status", "state", "source", "stat", "le", "trick"}
+# `depth`: a tests probe's depth (core.depth.Depth: full, light, fixed).
+BOUNDED_LABELS = {"env", "suite", "kind", "status", "state", "source", "stat", "le", "trick",
+                  "depth"}
 HTTP_TIMEOUT = (2, 5)
 
 

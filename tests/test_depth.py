@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Environment
@@ -27,6 +28,7 @@ from envcheck.health.sprt import HealthPolicy, KindHealth, assess_kind, wilson_i
 from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
 from envcheck.kinds.testvalidity.probe import CONFIRM, TestsProbe
+from envcheck.metrics import StoreMetrics
 from envcheck.store import open_store
 from envcheck.store.tables import ResultLine
 from tests.test_tests_probe import F2P, P2P, FakeRuntime, Script, healthy
@@ -385,3 +387,21 @@ def test_depth_settings_from_suite_defaults_and_outside_the_spec_hash(tmp_path: 
     assert b.tests.depth == "fixed"
     assert a.spec_hash(KIND) == a.model_copy(update={"tests": a.tests.model_copy(
         update={"depth": "fixed", "adaptive": AdaptiveDepth()})}).spec_hash(KIND)
+
+
+def test_the_metrics_count_runs_by_depth(tmp_path: Path) -> None:
+    env = Environment(id="e", image="i", suite="s", tests=TestSpec(command="x",
+                                                                   fail_to_pass=["t"]))
+    with open_store(f"sqlite:///{tmp_path / 'm.db'}") as store:
+        store.sync_environments([env])
+        metrics = StoreMetrics(store)  # counts what is stored from here on
+        run = store.start_run("cli", [])
+        store.record(run, result(Status.PASS, T0, depth("full", 9)))
+        store.record(run, result(Status.PASS, T0 + timedelta(hours=6), depth("light", 2)))
+        store.record(run, result(Status.PASS, T0 + timedelta(hours=12), depth("light", 2)))
+        store.record(run, ProbeResult(env_id="e", kind=ProbeKind.TERMINAL, status=Status.PASS,
+                                      reason=Reason.OK, summary="s", duration_s=1.0))
+        got = {(s.labels["kind"], s.labels["depth"]): s.value
+               for f in text_string_to_metric_families(metrics.render().decode())
+               for s in f.samples if s.name == "envcheck_probe_runs_total"}
+    assert got == {("tests", "full"): 9, ("tests", "light"): 4, ("terminal", ""): 1}

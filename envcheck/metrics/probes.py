@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-from envcheck.core.results import ProbeKind, Reason
+from envcheck.core.depth import RunCount
+from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.metrics.cursor import IdCursor
 from envcheck.store.views.metrics import NewestResult, ResultTick, Touched
 
@@ -59,6 +60,8 @@ class ProbeSeries:
         self._cursor = IdCursor(store.newest_result_id())  # counting starts here
         self._loaded = False
         self.runs: dict[tuple[str, str, str], int] = defaultdict(int)
+        # runs the results held (suite, kind, depth): a tests probe holds several
+        self.run_counts: dict[tuple[str, str, str], int] = defaultdict(int)
         self.seconds: dict[tuple[str, str], float] = defaultdict(float)
         self.buckets: dict[str, list[int]] = defaultdict(lambda: [0] * len(BUCKETS))
         self.dur_sum: dict[str, float] = defaultdict(float)
@@ -102,6 +105,9 @@ class ProbeSeries:
         for row in rows:
             suite, kind, duration = suite_of.get(row.env_id, ""), row.kind, row.duration_s
             self.runs[(suite, kind, row.status)] += 1
+            count = RunCount.stored(Status(row.status), row.runs, row.failed_runs, row.depth)
+            depth = str(count.depth) if count.depth is not None else ""
+            self.run_counts[(suite, kind, depth)] += count.runs
             self.seconds[(suite, kind)] += duration
             self.dur_sum[kind] += duration
             self.buckets[kind][bisect_left(BUCKETS, duration)] += 1
@@ -138,6 +144,14 @@ class ProbeSeries:
                                    labels=["suite", "kind", "status"])
         for (suite, kind, status), n in sorted(self.runs.items()):
             runs.add_metric([suite, kind, status], n)
+        held = CounterMetricFamily("envcheck_probe_runs",
+                                   "Runs the probe results held, stored since envcheck "
+                                   "started: a tests probe holds its negative control, reruns "
+                                   "and confirmation (a light check 2), other kinds one; by "
+                                   "depth (full, light, fixed; empty: not a tests probe)",
+                                   labels=["suite", "kind", "depth"])
+        for (suite, kind, depth), n in sorted(self.run_counts.items()):
+            held.add_metric([suite, kind, depth], n)
         cost = CounterMetricFamily("envcheck_sandbox_seconds",
                                    "Seconds spent probing (the cost of checking), since "
                                    "envcheck started", labels=["suite", "kind"])
@@ -151,7 +165,7 @@ class ProbeSeries:
                 cumulative += n
                 bounds.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
             hist.add_metric([kind], bounds, self.dur_sum[kind])
-        return runs, cost, hist
+        return runs, held, cost, hist
 
     def hackable(self) -> dict[str, list[str]]:
         """Environments whose newest tests result is reward_hackable, with the tricks."""

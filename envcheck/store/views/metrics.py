@@ -42,6 +42,9 @@ class ResultTick(NamedTuple):
     reason: str
     duration_s: float
     started_at: datetime
+    runs: int | None = None  # the runs it holds (core.depth.RunCount; NULL: one)
+    failed_runs: int | None = None
+    depth: str | None = None
 
 
 class StateMark(NamedTuple):
