@@ -40,7 +40,8 @@ from tests.test_api import QUARANTINED, T0, environments, seed
 
 NOW = (T0 + timedelta(hours=3)).timestamp()
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
-COUNTERS = ("envcheck_probe_results_total", "envcheck_sandbox_seconds_total",
+COUNTERS = ("envcheck_probe_results_total", "envcheck_probe_runs_total",
+            "envcheck_sandbox_seconds_total",
             "envcheck_probe_duration_seconds_bucket", "envcheck_probe_duration_seconds_sum",
             "envcheck_probe_duration_seconds_count")
 
