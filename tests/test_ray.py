@@ -39,11 +39,13 @@ from ray.cluster_utils import Cluster
 
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
+from envcheck.catalogue.probe_specs import AdaptiveDepth
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.base import RayOptions
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.executors.ray import RayExecutor
-from envcheck.feed.assess import assess_cycle, previous_statuses
+from envcheck.feed.assess import assess_cycle, evaluate, previous_statuses
+from envcheck.feed.depth import StoreDepth
 from envcheck.kinds.collaborators import build_services
 from envcheck.sandbox.docker import LABEL_ENV, LABEL_OWNER, DockerRuntime
 from envcheck.store import Store, open_store
@@ -377,6 +379,33 @@ def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
     assert reused["rewarded"] == ["assertions_patched"]
     assert (second.status, second.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
     assert second.image_digest == first.image_digest and "ray" in second.details
+
+
+def test_the_depth_advice_travels_with_the_task(executor: RayExecutor, store: Store) -> None:
+    """The caller looks the advice up in its store and sends it; the node follows it for the
+    digest it finds: the whole protocol while the evidence is short, then a light check."""
+    catalogue = load_catalogue([ROOT / "probes" / "demo-tests.yaml"])
+    healthy = catalogue.environment("demo-tests-healthy")
+    assert healthy.tests is not None
+    env = healthy.model_copy(update={"tests": healthy.tests.model_copy(update={
+        "adversarial": None,
+        "adaptive": AdaptiveDepth(light_after_runs=18, light_after_s=1.0)})})
+    store.sync_suites(catalogue.suites)
+    store.sync_environments([env])
+    services = build_services(catalogue, store, StoreDepth(store).advice)
+    run_id = store.start_run("test", [])
+
+    def check() -> dict[str, Any]:
+        [result] = executor.run_cycle([env], [ProbeKind.TESTS], run_id, services=services)
+        assert result.status is Status.PASS and "ray" in result.details, result.summary
+        store.record(run_id, result)
+        evaluate(store, [env])
+        return dict(result.details["depth"])
+
+    modes = [check()["mode"], check()["mode"]]
+    time.sleep(1.0)  # the clean streak must have begun light_after_s ago
+    light = check()
+    assert modes == ["full", "full"] and (light["mode"], light["runs"]) == ("light", 2), light
 
 
 def test_check_with_an_unreachable_cluster_exits_3(cli_env: dict[str, str]) -> None:
