@@ -36,6 +36,10 @@ COVERED = {
     "incidents": {"envcheck_incidents_total"},
     "scheduler lag": {"envcheck_scheduler_lag_seconds"},
     "sandbox-seconds": {"envcheck_sandbox_seconds_total"},
+    "the budget and what waits for it": {"envcheck_budget_spent_sandbox_seconds",
+                                         "envcheck_budget_sandbox_seconds",
+                                         "envcheck_budget_backlog"},
+    "runs by depth": {"envcheck_probe_runs_total"},
 }
 
 plugins.register_default_plugins()
