@@ -441,7 +441,7 @@ class ProbeScheduler:
         env = self._envs.get(env_id)
         interval = self._interval(env, kind) if env is not None else None
         stale = last is None or (interval is not None and now - last > STALE_INTERVALS * interval)
-        return worth(new=(env_id, kind) in self._new, stale=stale,
+        return worth(new=last is None or (env_id, kind) in self._new, stale=stale,
                      suspect=env_id in self._suspect, quarantined=env_id in self._quarantined)
 
     # --- the budget (call holding the lock) -----------------------------------------------
