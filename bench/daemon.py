@@ -234,7 +234,8 @@ def measure(name: str, n: int, args: argparse.Namespace, root: Path) -> dict[str
     workdir = root / name
     (workdir / "data").mkdir(parents=True)
     catalogue = workdir / "catalogue.yaml"
-    catalogue.write_text(catalogue_text(n, fleet=args.fleet), encoding="utf-8")
+    fleet = args.fleet if n > 1 else "terminal"  # the empty daemon is the same for both
+    catalogue.write_text(catalogue_text(n, fleet=fleet), encoding="utf-8")
     seed_s = seed(f"sqlite:///{workdir / 'data' / 'envcheck.db'}", catalogue)
     out: dict[str, Any] = {"environments": n, "seed_s": round(seed_s, 2)}
     print(f"[{name}] {n} environment(s) seeded in {seed_s:.1f} s; starting the daemon",
@@ -263,7 +264,7 @@ def measure(name: str, n: int, args: argparse.Namespace, root: Path) -> dict[str
         out["scheduled_jobs_metric"] = metric(text, "envcheck_scheduled_jobs")
         out["rss_after_scrape_mb"], _ = rss_mb(d.proc.pid)
         # the burst: new environments, never probed, due within 5 s of the reload
-        catalogue.write_text(catalogue_text(n, args.burst, args.fleet), encoding="utf-8")
+        catalogue.write_text(catalogue_text(n, args.burst, fleet), encoding="utf-8")
         before = d.count("probe result", env="burst-")
         d.proc.send_signal(signal.SIGHUP)
         hup = time.monotonic()

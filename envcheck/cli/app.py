@@ -506,7 +506,7 @@ def daemon(
     configure(log_level)
     # Every setting is checked here, before the engine, the store, the scheduler or the HTTP
     # port is touched: bad input exits 2 with one line each, and nothing has started.
-    _load(paths)
+    catalogue = _load(paths)
     retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
     try:  # read once, here: a missing secret stops the start, not the first alert
         hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
@@ -529,7 +529,7 @@ def daemon(
                           retention=retention, prune_every_s=prune_every,
                           metrics_series=metrics_series)
     try:
-        code = run_daemon(config)
+        code = run_daemon(config, catalogue)
     except StoreError as exc:
         err.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_INFRA) from None
