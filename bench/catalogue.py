@@ -226,14 +226,21 @@ def load_side_by_side(sides: dict[str, Path], good: Path, bad: Path, rounds: int
 # --- the daemon -------------------------------------------------------------------------------
 
 
+SEED = (f"import pathlib, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); "
+        "from daemon import seed; seed(sys.argv[1], pathlib.Path(sys.argv[2]))")
+
+
 def daemon_side(name: str, tree: Path, n: int, root: Path) -> dict[str, Any]:
-    from daemon import proc_stat, rss_mb, running, seed
+    from daemon import proc_stat, rss_mb, running
 
     workdir = root / f"daemon-{name}"
     (workdir / "data").mkdir(parents=True)
     catalogue = workdir / "catalogue.yaml"
     catalogue.write_text(fleet_text(n), encoding="utf-8")
-    seed(f"sqlite:///{workdir / 'data' / 'envcheck.db'}", catalogue)
+    # seeded by the side's own code: its store must be at the side's schema revision
+    subprocess.run([sys.executable, "-c", SEED, f"sqlite:///{workdir / 'data' / 'envcheck.db'}",
+                    str(catalogue)], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=workdir,
+                   check=True, timeout=600)
     out: dict[str, Any] = {}
     with running(workdir, catalogue, 2, {"PYTHONPATH": str(tree)}) as d:
         out["ready_s"] = round(d.wait_for("readiness", d.ready, 600), 2)

@@ -51,7 +51,9 @@ from envcheck.store.tables import EnvStateRow, ProbeResultRow
 
 IMAGE = "envcheck-demo/healthy:latest"
 MISSING_IMAGE = "envcheck-demo/never-built:latest"
-RSS_TARGET_MB = 300.0
+RSS_TARGET_MB = 300.0  # at 10,000 environments
+RSS_TARGET_100K_MB = 500.0  # above 10,000 (issue 15: at 100,000)
+RSS = "rss"  # a row whose target is the RSS target of the fleet's size
 CPU_TARGET = 2.0  # % of one core
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HEADER = """version: 1
@@ -69,10 +71,20 @@ suites:
 {envs}"""
 
 
-def catalogue_text(n: int, burst: int = 0) -> str:
+def catalogue_text(n: int, burst: int = 0, fleet: str = "terminal") -> str:
+    """``fleet``: ``terminal`` (one image, terminal only) or ``mixed`` (bench/catalogue.py's
+    fleet: every kind, labels, data sources); the burst is a suite of its own in both."""
+    burst_lines = [f"      - {{ id: burst-{i:04d}, image: '{MISSING_IMAGE}' }}"
+                   for i in range(burst)]
+    if fleet == "mixed":
+        from catalogue import fleet_text  # imports this module's helpers lazily in turn
+
+        head, sep, sources = fleet_text(n).rpartition("\ndata_sources:\n")
+        burst_suite = (HEADER.split("suites:\n", 1)[1].replace("bench:", "burst:", 1)
+                       .format(envs="\n".join(burst_lines) + "\n") if burst else "")
+        return head + "\n" + burst_suite + sep.lstrip("\n") + sources
     lines = [f"      - {{ id: bench-{i:05d}, image: '{IMAGE}' }}" for i in range(n)]
-    lines += [f"      - {{ id: burst-{i:04d}, image: '{MISSING_IMAGE}' }}" for i in range(burst)]
-    return HEADER.format(envs="\n".join(lines) + "\n")
+    return HEADER.format(envs="\n".join(lines + burst_lines) + "\n")
 
 
 def seed(db_url: str, catalogue_path: Path) -> float:
@@ -171,8 +183,9 @@ class Daemon:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
+                tail = self.log.read_text(encoding="utf-8", errors="replace")[-1500:]
                 raise RuntimeError(f"daemon exited ({self.proc.returncode}) waiting for {what}; "
-                                   f"see {self.log}")
+                                   f"its log ends:\n{tail}")
             with contextlib.suppress(requests.RequestException):
                 if check():
                     return time.monotonic() - self.started
@@ -221,7 +234,8 @@ def measure(name: str, n: int, args: argparse.Namespace, root: Path) -> dict[str
     workdir = root / name
     (workdir / "data").mkdir(parents=True)
     catalogue = workdir / "catalogue.yaml"
-    catalogue.write_text(catalogue_text(n), encoding="utf-8")
+    fleet = args.fleet if n > 1 else "terminal"  # the empty daemon is the same for both
+    catalogue.write_text(catalogue_text(n, fleet=fleet), encoding="utf-8")
     seed_s = seed(f"sqlite:///{workdir / 'data' / 'envcheck.db'}", catalogue)
     out: dict[str, Any] = {"environments": n, "seed_s": round(seed_s, 2)}
     print(f"[{name}] {n} environment(s) seeded in {seed_s:.1f} s; starting the daemon",
@@ -250,7 +264,7 @@ def measure(name: str, n: int, args: argparse.Namespace, root: Path) -> dict[str
         out["scheduled_jobs_metric"] = metric(text, "envcheck_scheduled_jobs")
         out["rss_after_scrape_mb"], _ = rss_mb(d.proc.pid)
         # the burst: new environments, never probed, due within 5 s of the reload
-        catalogue.write_text(catalogue_text(n, args.burst), encoding="utf-8")
+        catalogue.write_text(catalogue_text(n, args.burst, fleet), encoding="utf-8")
         before = d.count("probe result", env="burst-")
         d.proc.send_signal(signal.SIGHUP)
         hup = time.monotonic()
@@ -277,27 +291,30 @@ ROWS = [
     ("seed_s", "seed store (s)", "{:.1f}", None),
     ("startup_s", "start-up to ready (s)", "{:.1f}", None),
     ("threads", "threads", "{}", None),
-    ("rss_mb", "RSS idle (MB)", "{:.1f}", RSS_TARGET_MB),
+    ("rss_mb", "RSS idle (MB)", "{:.1f}", RSS),
     ("idle_cpu_pct", "idle CPU (% core)", "{:.2f}", CPU_TARGET),
     ("idle_probes", "probes while idle", "{}", None),
     ("scrape1_s", "/metrics 1st (s)", "{:.3f}", None),
     ("scrape2_s", "/metrics 2nd (s)", "{:.3f}", None),
     ("scrape2_cpu_s", "/metrics 2nd CPU (s)", "{:.3f}", None),
-    ("rss_after_scrape_mb", "RSS after scrape (MB)", "{:.1f}", RSS_TARGET_MB),
+    ("rss_after_scrape_mb", "RSS after scrape (MB)", "{:.1f}", RSS),
     ("reload_s", "SIGHUP reload (s)", "{}", None),
     ("burst_done_s", "burst done (s)", "{:.2f}", None),
     ("lag_q0.5_s", "lag p50 (s)", "{:.4f}", None),
     ("lag_q0.95_s", "lag p95 (s)", "{:.4f}", None),
     ("lag_q1_s", "lag max (s)", "{:.4f}", None),
-    ("rss_peak_mb", "RSS peak (MB)", "{:.1f}", RSS_TARGET_MB),
+    ("rss_peak_mb", "RSS peak (MB)", "{:.1f}", RSS),
     ("exit", "exit status (SIGTERM)", "{}", None),
 ]
 
 
 def report(results: dict[str, dict[str, Any]]) -> None:
     names = list(results)
+    rss_target = RSS_TARGET_MB if results[names[-1]]["environments"] <= 10_000 \
+        else RSS_TARGET_100K_MB
     print(f"\n{'':26}" + "".join(f"{n:>12}" for n in names) + f"{'target':>12}")
-    for key, label, fmt, target in ROWS:
+    for key, label, fmt, row_target in ROWS:
+        target = rss_target if row_target == RSS else row_target
         cells = []
         for n in names:
             value = results[n].get(key)
@@ -316,6 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--settle-s", type=float, default=5.0)
     parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--fleet", choices=("terminal", "mixed"), default="terminal",
+                        help="terminal: one image, terminal only; mixed: every kind "
+                             "(bench/catalogue.py's fleet)")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--startup-timeout", type=float, default=600.0)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")

@@ -122,15 +122,18 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
     return app
 
 
-def run_daemon(config: DaemonConfig) -> int:
+def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     """Run until stopped. ``config`` is already checked (the CLI does it before calling):
-    nothing here refuses a setting after the engine or the scheduler has started."""
+    nothing here refuses a setting after the engine or the scheduler has started.
+    ``catalogue``: ``config.catalogue`` as the caller loaded it to check it (else read here:
+    a fleet's catalogue costs a second to read, not to be paid twice at every start)."""
     from envcheck.api.app import serve
     from envcheck.metrics import StoreMetrics
     from envcheck.notify.notifier import Notifier
     from envcheck.store import open_store
 
-    catalogue = load_catalogue(config.catalogue)
+    if catalogue is None:
+        catalogue = load_catalogue(config.catalogue)
     store = open_store(config.database)
     stop = threading.Event()
     executor = wait_for_executor(config.executor, stop, shapes=store)  # local: connects, reaps

@@ -322,6 +322,20 @@ def test_models_are_frozen() -> None:
     assert isinstance(cat.suites, tuple)
 
 
+def test_environments_of_one_shape_share_their_set_of_field_names() -> None:
+    """A fleet's environments hold one set of field names per shape, not one each; a copy
+    with updates gets its own, and the others' stay as they were."""
+    envs = load_catalogue([DEMO]).environments
+    shared = envs[0].model_fields_set
+    assert all(e.model_fields_set is shared for e in envs)
+    assert shared == set(Environment.model_fields) - {"harbor"}
+    other = Environment(id="x", image="img", suite="s")
+    assert other.model_fields_set == {"id", "image", "suite"}
+    copied = envs[0].model_copy(update={"image": "other"})
+    assert copied.image == "other" and copied.model_fields_set is not shared
+    assert envs[1].model_fields_set is shared and envs[1].image != "other"
+
+
 def test_models_forbid_unknown_fields() -> None:
     with pytest.raises(ValidationError, match="extra"):
         Limits(swap_mb=1)  # type: ignore[call-arg]

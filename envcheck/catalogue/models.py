@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from pydantic import Field
 
@@ -99,6 +100,15 @@ class Environment(EnvironmentEntry):
     # the tests probe then runs Harbor's nop/oracle protocol instead of ``tests``.
     harbor: HarborVerifierSpec | None = None
 
+    def model_post_init(self, context: Any, /) -> None:
+        # A fleet holds 100,000 of these: one shared set of field names per shape instead of
+        # one per environment (~0.7 kB each). Pydantic never changes a frozen model's set in
+        # place (a copy with updates gets a copy of it).
+        names = self.__pydantic_fields_set__
+        shared = _FIELDS_SETS.setdefault(frozenset(names), names)
+        if shared is not names:
+            object.__setattr__(self, "__pydantic_fields_set__", shared)
+
     def declared_kinds(self) -> list[ProbeKind]:
         """The probe kinds that apply: what the environment declares (a terminal always).
         Catalogue data, so the scheduler, the feed and the metrics agree without a probe."""
@@ -131,6 +141,7 @@ class Environment(EnvironmentEntry):
 
 # The tests spec's depth settings say how much evidence to gather, not what is checked.
 _UNHASHED_TESTS_KEYS = ("depth", "adaptive")
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}  # see Environment.model_post_init
 _BASE_FIELDS = {"image", "workdir", "user", "shell", "limits"}
 _SPEC_FIELDS: dict[ProbeKind, set[str]] = {
     ProbeKind.TERMINAL: _BASE_FIELDS | {"tools", "timeouts"},

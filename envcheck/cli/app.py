@@ -539,7 +539,7 @@ def daemon(
                           metrics_series=metrics_series, budget_s=budget,
                           suite_budgets=suite_budgets)
     try:
-        code = run_daemon(config)
+        code = run_daemon(config, catalogue)
     except StoreError as exc:
         err.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_INFRA) from None

@@ -33,6 +33,7 @@ thread, no pool), workers sleep on a condition, and an empty window costs one qu
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import random
@@ -166,6 +167,14 @@ def _latest_outcomes(store: Store) -> list[Any]:
     names = ("env_id", "kind", "status", "started_at")
     ranked = sa_select(*(RESULTS.c[n] for n in names), rank.label("rank")).subquery()
     return _rows(store, sa_select(*(ranked.c[n] for n in names)).where(ranked.c.rank == 1))
+
+
+@functools.cache
+def _trigger(interval: float, jitter: float) -> IntervalTrigger:
+    """One trigger per schedule, shared by its jobs: a trigger holds nothing of a job (each
+    job keeps its own next time, and every job here is given its first), and a fleet of
+    100,000 jobs need not carry 100,000 of them (nor look up the local zone for each)."""
+    return IntervalTrigger(seconds=interval, jitter=jitter or None, timezone=UTC)
 
 
 class _EnqueueExecutor(BaseExecutor):  # type: ignore[misc]
@@ -420,8 +429,8 @@ class ProbeScheduler:
         else:
             # the same jitter as every later run, so a fleet seeded at once does not fire at once
             first = last + interval + random.uniform(0, jitter)
-        self._aps.add_job(self._due, IntervalTrigger(seconds=interval, jitter=jitter or None),
-                          args=(env.id, kind), id=job_id, replace_existing=True,
+        self._aps.add_job(self._due, _trigger(interval, jitter), args=(env.id, kind),
+                          id=job_id, replace_existing=True,
                           next_run_time=datetime.fromtimestamp(first, UTC))
         self._intervals[(env.id, kind)] = interval
         return 1

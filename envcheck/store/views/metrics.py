@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from sys import intern
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, case, func, or_, select
@@ -30,6 +31,10 @@ from envcheck.store.views.common import PageViews
 __all__ = ["MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
 
 _IN_BATCH = 500  # ids per IN (...): well under every backend's bound-parameter limit
+
+# The metrics hold ids, kinds and suites as keys for as long as the daemon runs, several
+# times each: read from the store they are interned, so 100,000 environments keep one copy
+# of each string (the driver makes a new one per row and column).
 
 
 class ResultTick(NamedTuple):
@@ -75,6 +80,12 @@ class NewestResult:
     details: dict[str, Any]
 
 
+def _tick(row: Sequence[Any]) -> ResultTick:
+    rid, env_id, kind, status, reason, duration_s, started_at = row
+    return ResultTick(rid, intern(env_id), intern(kind), intern(status), intern(reason),
+                      duration_s, started_at)
+
+
 def _batches(ids: Sequence[Any]) -> Iterator[list[Any]]:
     for start in range(0, len(ids), _IN_BATCH):
         yield list(ids[start:start + _IN_BATCH])
@@ -103,7 +114,7 @@ class MetricsViews(PageViews):
                  .where(_after(RESULTS.c.id, after_id, also))
                  .order_by(RESULTS.c.id).limit(limit))
         with self._reading() as conn:
-            return [ResultTick(*row) for row in conn.execute(query)]
+            return [_tick(row) for row in conn.execute(query)]
 
     def result_details(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """The details of the results with these ids."""
@@ -122,7 +133,8 @@ class MetricsViews(PageViews):
                         passed)
                  .group_by(RESULTS.c.env_id, RESULTS.c.kind))
         with self._reading() as conn:
-            return [Touched(*row) for row in conn.execute(query)]
+            return [Touched(intern(env_id), intern(kind), newest, passed)
+                    for env_id, kind, newest, passed in conn.execute(query)]
 
     def newest_results(self, kinds: Sequence[str]) -> list[NewestResult]:
         """The newest result (by start, then id) per environment of each of ``kinds``, with
@@ -135,7 +147,7 @@ class MetricsViews(PageViews):
                  .where(RESULTS.c.kind.in_(list(kinds))).subquery())
         query = select(*(inner.c[n] for n in names)).where(inner.c.rank == 1)
         with self._reading() as conn:
-            return [NewestResult(ResultTick(*row[:-1]), dict(row[-1] or {}))
+            return [NewestResult(_tick(row[:-1]), dict(row[-1] or {}))
                     for row in conn.execute(query)]
 
     # --- states ----------------------------------------------------------------------------
@@ -147,7 +159,7 @@ class MetricsViews(PageViews):
         query = (select(TRANSITIONS.c.id, TRANSITIONS.c.env_id)
                  .where(_after(TRANSITIONS.c.id, after_id, also)).order_by(TRANSITIONS.c.id))
         with self._reading() as conn:
-            return [(int(tid), str(env_id)) for tid, env_id in conn.execute(query)]
+            return [(int(tid), intern(env_id)) for tid, env_id in conn.execute(query)]
 
     def state_marks(self, env_ids: Sequence[str] | None = None) -> list[StateMark]:
         """The state rows of ``env_ids`` (all of them: None); a retired environment has none
@@ -161,12 +173,12 @@ class MetricsViews(PageViews):
                 rows = [row for batch in _batches(env_ids)
                         for row in conn.execute(select(*columns)
                                                 .where(STATES.c.env_id.in_(batch), current))]
-        return [StateMark(env_id, suite, state, bool(q), source)
+        return [StateMark(intern(env_id), intern(suite), intern(state), bool(q), source)
                 for env_id, suite, state, q, source in rows]
 
     def state_ids(self) -> set[str]:
         with self._reading() as conn:
-            return {str(env_id) for env_id in conn.execute(
+            return {intern(env_id) for env_id in conn.execute(
                 select(STATES.c.env_id).where(not_retired(STATES.c.env_id))).scalars()}
 
     def state_count(self) -> int:
@@ -196,7 +208,7 @@ class MetricsViews(PageViews):
     def environment_suites(self) -> dict[str, str]:
         """Each current (not retired) environment's suite."""
         with self._reading() as conn:
-            return {str(i): str(s) for i, s in conn.execute(
+            return {intern(i): intern(s) for i, s in conn.execute(
                 select(ENVS.c.id, ENVS.c.suite).where(ENVS.c.retired_at.is_(None)))}
 
     def incident_counts(self) -> dict[str, int]:
