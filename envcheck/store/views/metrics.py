@@ -81,9 +81,10 @@ class NewestResult:
 
 
 def _tick(row: Sequence[Any]) -> ResultTick:
-    rid, env_id, kind, status, reason, duration_s, started_at = row
+    rid, env_id, kind, status, reason, duration_s, started_at, runs, failed, depth = row
     return ResultTick(rid, intern(env_id), intern(kind), intern(status), intern(reason),
-                      duration_s, started_at)
+                      duration_s, started_at, runs, failed,
+                      intern(depth) if depth is not None else None)
 
 
 def _batches(ids: Sequence[Any]) -> Iterator[list[Any]]:
