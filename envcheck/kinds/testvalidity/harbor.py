@@ -25,6 +25,7 @@ from typing import Any
 from envcheck.catalogue.harbor_env import image_tag
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
 from envcheck.catalogue.treehash import tree_hash
+from envcheck.core.depth import DEPTH_KEY, Depth
 from envcheck.core.errors import ImageBuildFailed, SandboxFailed
 from envcheck.core.results import CommandEvidence, Reason, Status
 from envcheck.kinds.adversarial.harbor import with_harbor_controls
@@ -176,18 +177,26 @@ class _Verification:
             "built": None if self.built is None else self.built.built,
             "runs": [_summary(r) for r in self.runs],
             "container_start_s": round(sum(r.start_s for r in self.runs), 3),
-            "reruns": self.spec.reruns, "oracle": self.spec.solution_hash is not None}
+            "reruns": self.spec.reruns, "oracle": self.spec.solution_hash is not None,
+            # always the whole protocol (no light check for a Harbor task yet): its runs are
+            # what the health model weighs
+            DEPTH_KEY: {"mode": str(Depth.FULL), "why": "a Harbor task's protocol, in full",
+                        "runs": len(self.runs),
+                        "failed_runs": sum(self.went_wrong(r) for r in self.runs)}}
         if self.notes:
             details["notes"] = self.notes
         return Verdict(status, reason, f"{self.spec.task}: {summary}", details, self.evidence())
+
+    def went_wrong(self, run: HarborRun) -> bool:
+        """The run is invalid, or an oracle run did not earn reward 1."""
+        return run.problem is not None or (run.phase == "oracle" and not self.is_one(run))
 
     def evidence(self) -> tuple[CommandEvidence, ...]:
         """The first run of each phase, then runs that went wrong, up to EVIDENCE_MAX."""
         chosen: list[HarborRun] = []
         for run in self.runs:
             first = all(r.phase != run.phase for r in chosen)
-            odd = run.problem is not None or (run.phase == "oracle" and not self.is_one(run))
-            if first or odd:
+            if first or self.went_wrong(run):
                 chosen.append(run)
         return tuple(e for r in chosen for e in r.evidence)[:EVIDENCE_MAX]
 
