@@ -390,7 +390,13 @@ def test_random_failures_are_nondeterministic_and_stop_confirming_early() -> Non
     result = probe(script)
     assert (result.status, result.reason) == (Status.FLAKY, Reason.NONDETERMINISTIC)
     assert result.details["flaky"][P2P[1]]["passed"] < result.details["flaky"][P2P[1]]["runs"]
-    assert len(script.runs) == 1 + DEFAULT_RERUNS + 1  # the failing order re-run passed
+    # The first failing run is confirmed by running its order again, which passes; unless
+    # another run in the same order already passed (shuffles of a few tests can repeat):
+    # then that is the proof, with no run more.
+    failing = script.runs[min(fails)]
+    seen_passing = any(run == failing for n, run in enumerate(script.runs[:1 + DEFAULT_RERUNS])
+                       if n not in fails)
+    assert len(script.runs) == 1 + DEFAULT_RERUNS + (0 if seen_passing else 1)
     assert P2P[1] in result.summary
 
 
