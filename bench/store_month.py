@@ -18,8 +18,10 @@ model (the real ``evaluate``) on the environments whose answer just changed (a b
 so quarantines, their transitions and their evidence happen as in the daemon, and
 quarantined environments are probed four times slower; then the daemon's prune
 (``store.prune(Retention(), now=<the simulated hour's end>)``, as ``--prune-every 1h``). On
-PostgreSQL a plain ``VACUUM`` of the pruned tables follows each prune: it stands in for the
-autovacuum that a real hour gives time to run (its seconds are reported apart).
+PostgreSQL, autovacuum has a real hour to reclaim what a prune deleted, and a simulated hour
+lasts seconds: so after each prune the bench runs ``VACUUM ANALYZE`` on each table whose dead
+rows passed autovacuum's own threshold for it (what autovacuum would have done within its
+one-minute naptime); its seconds are reported apart.
 
 At the end of each ``--report-days`` day: the database's size (SQLite: file + WAL after a
 checkpoint; PostgreSQL: ``pg_database_size``), rows per table, the prune's seconds (the
@@ -29,6 +31,11 @@ the API served by uvicorn on 127.0.0.1, default cache) and each dashboard page's
 the first ``--record-sample`` results of the day's last hour are written through
 ``Store.record``, one commit each (the daemon's write path), and their rate is divided by the
 schedule's average and peak-minute rates.
+
+**The prune before and after**: at each report day, the old way of finding what to prune
+(ranking every result of 50 environments at a time with a window function, as the prune did
+before it walked the index) and the new one are timed side by side on the same store,
+read-only, and must find the same results (``--no-compare`` skips it).
 
 Targets (issue 15): size flat after the retention window, headroom well above 1, allowlist
 p99 <= 20 ms, every page <= 2 s. The PostgreSQL database is ``envcheck_bench_month`` on
@@ -43,6 +50,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -65,12 +73,24 @@ from envcheck.api.app import create_app, serve_in_thread
 from envcheck.feed.assess import evaluate
 from envcheck.store import Store, open_store
 from envcheck.store.core_tables import RESULTS, ROLLUPS, RUNS, STATES, TRANSITIONS
-from envcheck.store.retention import Retention
+from envcheck.store.feed import OBSERVATION_WINDOW
+from envcheck.store.retention import Cutoffs, Retention
 
 PG_DATABASE = "envcheck_bench_month"
 ALLOWLIST_P99_MS = allowlist.TARGET_P99_MS
 PAGE_S = dashboard.TARGET_S
-PRUNED = "probe_result, result_rollup, check_run"
+# The tables autovacuum would visit after a prune: those whose dead rows passed its threshold
+# (the table's own settings, else the server's).
+AUTOVACUUM_DUE = """
+SELECT s.relname FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.relname IN ('probe_result', 'result_rollup', 'check_run') AND s.n_dead_tup >
+    coalesce((SELECT option_value::float FROM pg_options_to_table(c.reloptions)
+              WHERE option_name = 'autovacuum_vacuum_threshold'),
+             current_setting('autovacuum_vacuum_threshold')::float)
+    + coalesce((SELECT option_value::float FROM pg_options_to_table(c.reloptions)
+                WHERE option_name = 'autovacuum_vacuum_scale_factor'),
+               current_setting('autovacuum_vacuum_scale_factor')::float) * c.reltuples
+"""
 log = logging.getLogger("store_month")
 
 
@@ -140,6 +160,52 @@ def row_counts(store: Store) -> dict[str, Any]:
     return {"results": sum(kinds.values()), "results_by_kind": kinds,
             "rollups": sum(periods.values()), "rollups_by_period": periods, "runs": runs,
             "transitions": transitions, "states": states, "quarantined": quarantined}
+
+
+def ranked_past_window(store: Store, cut: Cutoffs) -> set[int]:
+    """What the prune found before it walked the index, found the way it did: every result
+    of 50 environments at a time ranked per kind by a window function, those past the
+    window and started before the passes' cutoff read, then filtered by retention."""
+    names = ("id", "run_id", "env_id", "kind", "image_digest", "status", "reason",
+             "started_at", "duration_s")
+    ranked = select(*(RESULTS.c[n] for n in names), func.row_number().over(
+        partition_by=(RESULTS.c.env_id, RESULTS.c.kind),
+        order_by=(RESULTS.c.started_at.desc(), RESULTS.c.id.desc())).label("rank"))
+    found: set[int] = set()
+    after = ""
+    with store.engine.connect() as conn:
+        while True:  # chunks of environments until none is left
+            env_ids = list(conn.execute(
+                select(RESULTS.c.env_id).where(RESULTS.c.env_id > after).distinct()
+                .order_by(RESULTS.c.env_id).limit(50)).scalars())
+            if not env_ids:
+                return found
+            inner = ranked.where(RESULTS.c.env_id.in_(env_ids)).subquery()
+            for row in conn.execute(select(*(inner.c[n] for n in names))
+                                    .where(inner.c.rank > OBSERVATION_WINDOW,
+                                           inner.c.started_at < cut.passes)
+                                    .order_by(inner.c.id)):
+                short = row.status in ("pass", "skip") and \
+                    row.reason not in ("recovered_after_retry", "reward_hackable")
+                if row.started_at < (cut.passes if short else cut.others):
+                    found.add(row.id)
+            after = env_ids[-1]
+
+
+def compare_prune_reads(store: Store, now: datetime) -> dict[str, Any]:
+    """The old and the new way of finding what a prune at ``now`` folds, timed on the same
+    store (read-only); the same results, or the bench is broken."""
+    cut = Retention().cutoffs(now)
+    t0 = time.perf_counter()
+    walked = {r.id for rows in store._past_window(cut) for r in rows}
+    t1 = time.perf_counter()
+    ranked = ranked_past_window(store, cut)
+    t2 = time.perf_counter()
+    if walked != ranked:
+        raise RuntimeError(f"the index walk found {len(walked)} results to prune, the "
+                           f"ranking {len(ranked)}: {len(walked ^ ranked)} differ")
+    return {"found": len(walked), "index_walk_s": round(t1 - t0, 2),
+            "ranking_s": round(t2 - t1, 2)}
 
 
 # --- the month ----------------------------------------------------------------------------
@@ -239,8 +305,10 @@ class Month:
         if self.backend == "postgresql":
             t4 = time.perf_counter()
             with self.store.engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                    f"VACUUM {PRUNED}")
+                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                out["vacuumed"] = list(auto.exec_driver_sql(AUTOVACUUM_DUE).scalars())
+                for name in out["vacuumed"]:
+                    auto.exec_driver_sql(f"VACUUM ANALYZE {name}")
             out["vacuum_s"] = round(time.perf_counter() - t4, 3)
         out["total_s"] = round(time.perf_counter() - t0, 3)
         return out
@@ -267,6 +335,8 @@ class Month:
         prunes = [h["prune_s"] for h in today]
         out: dict[str, Any] = {
             "day": day, "size_bytes": size_bytes(self.store),
+            "prune_reads": compare_prune_reads(self.store, at(day * mf.DAY))
+            if self.args.compare else None,
             "table_bytes": table_sizes(self.store), **row_counts(self.store),
             "prune_last_s": prunes[-1], "prune_p95_s": percentile(prunes, 0.95),
             "prune_max_s": max(prunes), "pruned_today": sum(h["pruned"] for h in today),
@@ -316,6 +386,9 @@ def run_backend(backend: str, args: argparse.Namespace, envs: list[mf.SimEnv]
             for h in range(hours):
                 month.hours.append(month.hour(h, args.record_sample if h in sample_hours
                                               else 0))
+                if args.progress:
+                    print({k: v for k, v in month.hours[-1].items() if k != "record"},
+                          file=sys.stderr, flush=True)
                 if h % 24 == 23 or h == hours - 1:
                     last = month.hours[-24:]
                     print(f"[{backend}] day {(h + 1) / 24:g}: "
@@ -386,6 +459,12 @@ def table(result: dict[str, Any]) -> str:
     line("prune: p95 of the day (s)", [f"{days[d]['prune_p95_s']:.2f}" for d in cols])
     line("prune: max of the day (s)", [f"{days[d]['prune_max_s']:.2f}" for d in cols],
          "< 3% of an hour")
+    if all(days[d]["prune_reads"] for d in cols):
+        reads = [days[d]["prune_reads"] for d in cols]
+        line("  finding them, before (s)", [f"{r['ranking_s']:.2f}" for r in reads],
+             "ranking every result")
+        line("  finding them, now (s)", [f"{r['index_walk_s']:.2f}" for r in reads],
+             "walking the index")
     if result["backend"] == "postgresql":
         line("VACUUM after it: max (s)", [f"{days[d]['vacuum_max_s']:.2f}" for d in cols])
     p99 = [days[d]["allowlist"]["p99_ms"] for d in cols]
@@ -431,11 +510,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page-rounds", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=200_000,
                         help="bulk rows per transaction")
+    parser.add_argument("--no-compare", dest="compare", action="store_false",
+                        help="skip timing the prune's old way of finding old results")
+    parser.add_argument("--progress", action="store_true", help="a line per simulated hour")
     parser.add_argument("--keep", action="store_true",
                         help="keep the SQLite file and the PostgreSQL database")
     parser.add_argument("--json", type=Path, metavar="OUT")
     args = parser.parse_args(argv)
     args.report_days = [d for d in args.report_days if d <= args.days] or [args.days]
+    # stopped by a signal: still drop the database and remove the file
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")
     logging.getLogger("streamlit").setLevel(logging.ERROR)
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]

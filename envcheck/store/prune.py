@@ -40,17 +40,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     Delete,
+    Float,
     Integer,
     Select,
     String,
-    and_,
     bindparam,
     delete,
     exists,
     func,
-    or_,
     select,
     text,
     tuple_,
@@ -73,20 +71,15 @@ _SHORT_LIVED = frozenset({Status.PASS.value, Status.SKIP.value})
 _DEGRADED = frozenset(str(r) for r in DEGRADED_REASONS)
 
 
-def _expired(cut: Cutoffs) -> ColumnElement[bool]:
-    """Past its retention: a clean pass or a skip after ``passes`` days, the rest (failures,
-    flaky, errors, degraded passes) after ``others`` days (never fewer: see Retention)."""
-    short_lived = and_(RESULTS.c.status.in_(sorted(_SHORT_LIVED)),
-                       RESULTS.c.reason.not_in(sorted(_DEGRADED)))
-    return or_(RESULTS.c.started_at < cut.others,
-               and_(short_lived, RESULTS.c.started_at < cut.passes))
-
-
-# The next :pairs (environment, kind) pairs after (:env_id, :kind) in the results' index, each
-# with the oldest result of the health model's window (NULL: the pair has no more than the
-# window), by seeks alone: the next kind of the same environment, else the first kind of the
-# next environment (a loose index scan), then :skip results back from the newest.
-_EDGES = text("""
+# Results past their retention and outside the health model's window, for the next :pairs
+# (environment, kind) pairs after (:env_id, :kind) in the results' index, found by seeks in
+# that index alone: the next kind of the same environment, else the first kind of the next
+# environment (a loose index scan); then each pair's window edge, :skip results back from its
+# newest; then the pair's results older than the edge (a range of the index), if past their
+# retention: a clean pass or skip after ``passes``, the rest (failures, flaky, errors,
+# degraded passes) after ``others``, never sooner (see Retention). Every pair has a row (its
+# id NULL when nothing of it goes), so the caller knows where the next query starts.
+_PAST_WINDOW = text("""
 WITH RECURSIVE pair(n, env_id, kind) AS (
     SELECT 0, CAST(:env_id AS VARCHAR), CAST(:kind AS VARCHAR)
     UNION ALL
@@ -106,15 +99,32 @@ WITH RECURSIVE pair(n, env_id, kind) AS (
                   ORDER BY r.kind LIMIT 1))
     FROM pair
     WHERE pair.env_id IS NOT NULL AND pair.n < :pairs
+),
+edge AS (
+    SELECT pair.n, pair.env_id, pair.kind,
+           (SELECT r.id FROM probe_result AS r
+            WHERE r.env_id = pair.env_id AND r.kind = pair.kind
+            ORDER BY r.started_at DESC, r.id DESC LIMIT 1 OFFSET :skip) AS id
+    FROM pair
+    WHERE pair.n > 0 AND pair.env_id IS NOT NULL
 )
-SELECT pair.n, pair.env_id, pair.kind, edge.id, edge.started_at
-FROM pair LEFT JOIN probe_result AS edge ON edge.id = (
-    SELECT r.id FROM probe_result AS r
-    WHERE r.env_id = pair.env_id AND r.kind = pair.kind
-    ORDER BY r.started_at DESC, r.id DESC LIMIT 1 OFFSET :skip)
-WHERE pair.n > 0 AND pair.env_id IS NOT NULL
-ORDER BY pair.n
-""").columns(n=Integer, env_id=String, kind=String, id=Integer, started_at=UTCDateTime)
+SELECT edge.n, edge.env_id AS pair_env_id, edge.kind AS pair_kind, r.id, r.run_id,
+       r.env_id, r.kind, r.image_digest, r.status, r.reason, r.started_at, r.duration_s
+FROM edge
+LEFT JOIN probe_result AS e ON e.id = edge.id
+LEFT JOIN probe_result AS r ON r.env_id = edge.env_id AND r.kind = edge.kind
+    AND r.started_at <= e.started_at AND (r.started_at < e.started_at OR r.id < e.id)
+    AND r.started_at < :passes
+    AND (r.started_at < :others
+         OR (r.status IN :short_lived AND r.reason NOT IN :degraded))
+ORDER BY edge.n, r.id
+""").bindparams(
+    bindparam("passes", type_=UTCDateTime()), bindparam("others", type_=UTCDateTime()),
+    bindparam("short_lived", sorted(_SHORT_LIVED), expanding=True),
+    bindparam("degraded", sorted(_DEGRADED), expanding=True),
+).columns(n=Integer, pair_env_id=String, pair_kind=String, id=Integer, run_id=String,
+          env_id=String, kind=String, image_digest=String, status=String, reason=String,
+          started_at=UTCDateTime, duration_s=Float)
 
 
 class RetentionRecords(StoreAccess):
@@ -165,30 +175,22 @@ class RetentionRecords(StoreAccess):
 
     def _past_window(self, cut: Cutoffs) -> Iterator[Sequence[Any]]:
         """Results past their retention and outside the health model's window of their
-        environment and kind, :data:`PAIRS_PER_QUERY` pairs at a time: the window's edge
-        of each found by :data:`_EDGES`, then the results older than it (a range of the
-        index per pair)."""
-        names = ("id", "run_id", *FOLD_COLUMNS)
+        environment and kind (:data:`_PAST_WINDOW`), :data:`PAIRS_PER_QUERY` pairs at a
+        time."""
         after = ("", "")
         while True:  # chunks of pairs until none is left, not a retry
             with self._reading() as conn:
-                edges = conn.execute(_EDGES, {"env_id": after[0], "kind": after[1],
-                                              "pairs": PAIRS_PER_QUERY,
-                                              "skip": OBSERVATION_WINDOW - 1}).all()
-                if not edges:
-                    return
-                older = [and_(RESULTS.c.env_id == e.env_id, RESULTS.c.kind == e.kind,
-                              RESULTS.c.started_at <= e.started_at,
-                              tuple_(RESULTS.c.started_at, RESULTS.c.id)
-                              < tuple_(bindparam(None, e.started_at, UTCDateTime()), e.id))
-                         for e in edges if e.id is not None]
-                rows = conn.execute(select(*(RESULTS.c[n] for n in names))
-                                    .where(or_(*older), _expired(cut))
-                                    .order_by(RESULTS.c.id)).all() if older else []
-            after = (edges[-1].env_id, edges[-1].kind)
-            yield rows
-            if len(edges) < PAIRS_PER_QUERY:
+                rows = conn.execute(_PAST_WINDOW, {
+                    "env_id": after[0], "kind": after[1], "pairs": PAIRS_PER_QUERY,
+                    "skip": OBSERVATION_WINDOW - 1, "passes": cut.passes,
+                    "others": cut.others}).all()
+            if not rows:
                 return
+            yield [r for r in rows if r.id is not None]
+            last = rows[-1]
+            if last.n < PAIRS_PER_QUERY:
+                return
+            after = (last.pair_env_id, last.pair_kind)
 
     def _fold_batch(self, rows: list[Any], report: PruneReport) -> None:
         """Delete these results and add them to the rollups, in one transaction: the rows
