@@ -356,6 +356,7 @@ class Month:
                             "p99_ms": row.p99_ms, "body_kb": row.body_kb,
                             "statuses": row.statuses}
         out["pages"] = dashboard.measure(self.url, self.args.page_rounds)
+        out["load_average"] = os.getloadavg()[0]
         return out
 
     def close(self) -> None:
@@ -467,6 +468,8 @@ def table(result: dict[str, Any]) -> str:
              "walking the index")
     if result["backend"] == "postgresql":
         line("VACUUM after it: max (s)", [f"{days[d]['vacuum_max_s']:.2f}" for d in cols])
+    line("load average (1 min)", [f"{days[d]['load_average']:.1f}" for d in cols],
+         "of 2 cores, when measured")
     p99 = [days[d]["allowlist"]["p99_ms"] for d in cols]
     line("allowlist p99 (ms)", [f"{v:.2f}" for v in p99],
          f"<= {ALLOWLIST_P99_MS:g} {verdict(max(p99) <= ALLOWLIST_P99_MS)}")
