@@ -10,9 +10,9 @@ four times slower while quarantined), each job at its own phase.
 **Profiles** (a seeded draw per environment): *healthy* (a one-off slow shell in 2,000
 terminal probes), *flaky* (a slow shell in 8% of terminal probes, a 5xx in 10% of data-source
 samples, nondeterministic tests in 25% of test runs), *degraded* (data-source environments
-only: 40% of probes pass after a retry), *broken* (at a random time a new image fails its
-environment's main probe until a fixed image comes 12 h to 5 days later, never for 30% of
-them) and *outage* (the image is missing from the host for 2 to 24 hours).
+only: 40% of probes pass after a retry), *broken* (at a random time of the month a new image
+fails its environment's main probe until a fixed image comes 12 h to 5 days later, never for
+30% of them) and *outage* (the image is missing from the host for 2 to 24 hours).
 
 **What each result holds** is a real result: ``monthfleet.json`` holds results the probes
 wrote (``envcheck check probes/demo.yaml probes/demo-tests.yaml probes/demo-deps.yaml
@@ -41,6 +41,7 @@ HOUR = 3600.0
 DAY = 24 * HOUR
 TEMPLATES = Path(__file__).with_name("monthfleet.json")
 SOURCES = 20
+MONTH = 30  # days over which breakages and outages start
 # suite -> probe kinds of its environments
 SUITE_KINDS: dict[str, tuple[str, ...]] = {
     "month-terminal": ("terminal",),
@@ -119,7 +120,10 @@ def _hex(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
-def fleet(n: int, days: float, seed: int = 20260101) -> list[SimEnv]:
+def fleet(n: int, seed: int = 20260101) -> list[SimEnv]:
+    """``n`` environments, each drawn on its own (environment i is the same in any fleet of
+    more than i); breakages and outages start within :data:`MONTH` days, so a shorter run
+    is the start of the same month."""
     out = []
     suites = list(SUITE_KINDS)
     for i in range(n):
@@ -136,12 +140,12 @@ def fleet(n: int, days: float, seed: int = 20260101) -> list[SimEnv]:
             profile = "healthy"
         event: tuple[float, float] = (float("inf"), float("inf"))
         if profile == "broken":
-            start = rng.uniform(0.5 * DAY, days * DAY)
+            start = rng.uniform(0.5 * DAY, MONTH * DAY)
             end = start + rng.uniform(12 * HOUR, 5 * DAY) if rng.random() < 0.7 \
                 else float("inf")
             event = (start, end)
         elif profile == "outage":
-            start = rng.uniform(0.5 * DAY, days * DAY)
+            start = rng.uniform(0.5 * DAY, MONTH * DAY)
             event = (start, start + rng.uniform(2 * HOUR, 24 * HOUR))
         env_id = f"env-{i:06d}"
         out.append(SimEnv(

@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")
     logging.getLogger("streamlit").setLevel(logging.ERROR)
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
-    envs = mf.fleet(args.envs, args.days)
+    envs = mf.fleet(args.envs)
     profiles = Counter(e.profile for e in envs)
     print(f"{args.envs:,} environments ({dict(profiles)}), {args.days:g} simulated days, "
           f"report at days {', '.join(format(d, 'g') for d in args.report_days)}",
