@@ -591,3 +591,76 @@ def test_the_daemon_refuses_a_bad_retention_before_it_starts(data_dir: Path) -> 
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error retention: failures kept 3 days, less than passes (7)")
+
+
+# --- the index walk finds what ranking every result finds ---------------------------------
+
+def edge_case_rows() -> list[dict[str, Any]]:
+    """Pairs with fewer, exactly and more results than the window; ties of ``started_at``
+    across the window's edge; failures and degraded passes among old passes; hourly, so
+    twenty days span every cutoff."""
+    rows = []
+    for env_id, kind, count in [("e-a", "terminal", 401), ("e-a", "dependencies", 400),
+                                ("e-b", "terminal", 399), ("e-b", "tests", 450),
+                                ("e-c", "datasource", 420), ("e-d", "terminal", 480),
+                                ("e-e", "terminal", 405)]:
+        for i in range(count):
+            at = NOW - timedelta(hours=i)
+            if 396 <= i <= 404:  # nine results at one instant, across the edge
+                at = NOW - timedelta(hours=400)
+            status, reason = Status.PASS, Reason.OK
+            if i % 5 == 0:
+                status, reason = Status.FAIL, Reason.TOOL_MISSING
+            elif i % 7 == 0:
+                reason = Reason.RECOVERED_AFTER_RETRY
+            elif i % 11 == 0:
+                status, reason = Status.SKIP, Reason.NOT_APPLICABLE
+            rows.append({"run_id": "edges", "env_id": env_id, "kind": kind,
+                         "status": status.value, "reason": reason.value, "summary": "",
+                         "duration_s": 0.5, "image_digest": "sha256:a", "spec_hash": "s",
+                         "started_at": at, "evidence": [], "details": {}})
+    random.Random(3).shuffle(rows)  # ids in no particular order of time
+    return rows
+
+
+def ranked_past_window(rows: list[Any], retention: Retention) -> set[int]:
+    """The oracle: rank each pair's results newest first (ties by id), keep the window,
+    and of the rest what is past its retention."""
+    cut = retention.cutoffs(NOW)
+    pairs: dict[tuple[str, str], list[Any]] = {}
+    for r in rows:
+        pairs.setdefault((r.env_id, r.kind), []).append(r)
+    out = set()
+    for results in pairs.values():
+        results.sort(key=lambda r: (r.started_at, r.id), reverse=True)
+        for r in results[OBSERVATION_WINDOW:]:
+            short = r.status in ("pass", "skip") and r.reason != "recovered_after_retry"
+            if r.started_at < (cut.passes if short else cut.others):
+                out.add(r.id)
+    return out
+
+
+@pytest.mark.parametrize("pairs_per_query", [2, 200])
+def test_the_index_walk_prunes_exactly_what_ranking_every_result_would(
+        store_url: str, pairs_per_query: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import envcheck.store.prune as prune_module
+
+    monkeypatch.setattr(prune_module, "PAIRS_PER_QUERY", pairs_per_query)
+    with open_store(store_url) as store:
+        run = new_run("test", [])
+        run.id, run.started_at = "edges", NOW - timedelta(days=30)
+        store.add_run(run)
+        with store.engine.begin() as conn:
+            conn.execute(insert(RESULTS), edge_case_rows())
+            stored = conn.execute(select(RESULTS.c.id, RESULTS.c.env_id, RESULTS.c.kind,
+                                         RESULTS.c.status, RESULTS.c.reason,
+                                         RESULTS.c.started_at)).all()
+        doomed = ranked_past_window(stored, Retention())
+        assert 0 < len(doomed) < len(stored) - 7 * (OBSERVATION_WINDOW - 1)
+
+        report = store.prune(Retention(), now=NOW)
+
+        with store.engine.connect() as conn:
+            left = set(conn.execute(select(RESULTS.c.id)).scalars())
+        assert left == {r.id for r in stored} - doomed
+        assert report.results_deleted == len(doomed)
