@@ -1,5 +1,6 @@
 """A catalogue file validated as its outline, then environment by environment: the same errors
-in the same order as the whole file validated at once, and aliased values never released.
+in the same order as the whole file validated at once, and aliased values never released;
+equal values of the environments held once.
 
 Pure tests (no Docker): real pydantic models, real YAML files in ``tmp_path``.
 """
@@ -19,6 +20,7 @@ from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.messages import describe_error
 from envcheck.catalogue.models import EnvironmentEntry
 from envcheck.catalogue.outline import at, in_file_order, split_environments
+from envcheck.catalogue.sharing import Sharing
 from envcheck.catalogue.yamlsrc import load_yaml
 from envcheck.core.errors import CatalogueError
 
@@ -96,3 +98,41 @@ def test_an_environment_list_aliased_later_is_not_released(tmp_path: Path) -> No
         load_catalogue([path])
     assert [(i.line, i.key, i.message) for i in caught.value.issues] == [
         (8, "suites.two.environments[0].tools[0]", "expected a string, got a mapping")]
+
+
+# --- equal values held once ---------------------------------------------------------------
+
+
+def test_equal_values_of_a_load_are_held_once(tmp_path: Path) -> None:
+    path = tmp_path / "cat.yaml"
+    path.write_text(textwrap.dedent("""\
+        version: 1
+        suites:
+          s:
+            defaults: {labels: {team: a}}
+            environments:
+              - {id: a, image: x, tools: [git], limits: {cpus: 2.0}, labels: {k: v, j: w}}
+              - {id: b, image: x, tools: [git], limits: {cpus: 2.0}, labels: {k: v, j: w}}
+              - {id: c, image: x, tools: [git, tmux], limits: {cpus: 2}, labels: {j: w, k: v}}
+              - {id: d, image: x, tools: [git], limits: {cpus: 2.0, pids: 256}}
+        """), encoding="utf-8")
+    a, b, c, d = load_catalogue([path]).environments
+    assert a.tools is b.tools and a.limits is b.limits and a.labels is b.labels
+    assert c.tools is not a.tools
+    assert c.labels == a.labels and c.labels is not a.labels  # another order: another dump
+    assert c.limits is a.limits  # cpus: 2 reads as 2.0
+    # equal but for what the file sets: pids set (to its default), not defaulted
+    assert d.limits == a.limits and d.limits is not a.limits
+    assert d.limits.model_fields_set == {"cpus", "pids"}
+    assert d.labels == {"team": "a"}
+
+
+def test_sharing_tells_apart_what_python_calls_equal() -> None:
+    sharing = Sharing()
+    values = [[1], [1.0], [True], [0.0], [-0.0], {"a": 1, "b": 2}, {"b": 2, "a": 1}]
+    held = [sharing.value(v) for v in values]
+    assert all(h is v for h, v in zip(held, values, strict=True))
+    again = [sharing.value(v) for v in ([1], [1.0], [True], [0.0], [-0.0], {"a": 1, "b": 2})]
+    assert all(h is v for h, v in zip(again, values, strict=False))
+    assert [sharing.value(EnvironmentEntry(id="a", image="x")).limits for _ in range(2)] == [
+        EnvironmentEntry(id="a", image="x").limits] * 2

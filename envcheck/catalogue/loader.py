@@ -31,6 +31,7 @@ from envcheck.catalogue.models import (
     Suite,
 )
 from envcheck.catalogue.outline import at, in_file_order, split_environments
+from envcheck.catalogue.sharing import Sharing
 from envcheck.catalogue.yamlsrc import (
     KeyPath,
     SourceDoc,
@@ -109,7 +110,8 @@ def _issues(doc: SourceDoc, errors: Iterable[ErrorDetails]) -> None:
         doc.issues.append(doc.issue(loc, describe_error(err, CatalogueFile)))
 
 
-def _validate(doc: SourceDoc, unique: bool) -> tuple[CatalogueFile | None, list[Environment]]:
+def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
+              ) -> tuple[CatalogueFile | None, list[Environment]]:
     """Validate one parsed document, adding every problem pydantic finds to ``doc.issues``;
     if it has none and its ids are ``unique``, its environments resolved."""
     if not doc.parsed:
@@ -150,13 +152,15 @@ def _validate(doc: SourceDoc, unique: bool) -> tuple[CatalogueFile | None, list[
             continue
         assert parsed is not None
         try:
-            environments.append(resolve_environment(suite_id, parsed.suites[suite_id].defaults,
-                                                    entry))
+            env = resolve_environment(suite_id, parsed.suites[suite_id].defaults, entry)
         except ValidationError as exc:  # defaults + entry conflict (cross-field rules)
             conflicts.extend(
                 doc.issue((*where, *e["loc"]), "with the suite defaults applied: "
                           f"{describe_error(e, CatalogueFile)}")
                 for e in exc.errors())
+        else:
+            sharing.fields(env)
+            environments.append(env)
     _issues(doc, in_file_order(errors, invalid, doc.data))
     if parsed is None or doc.issues:
         return None, []
@@ -173,6 +177,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
     limits = _limits()
     files, missing = _catalogue_files(paths)
     checks = CrossFileChecks()
+    sharing = Sharing()
     per_file: list[list[CatalogueIssue]] = [missing]
     suites: list[Suite] = []
     environments: list[Environment] = []
@@ -191,7 +196,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
         # A duplicate id follows the file's own problems, as where it is found follows them.
         duplicates = doc.issues[taken:]
         del doc.issues[taken:]
-        parsed, resolved = _validate(doc, unique)
+        parsed, resolved = _validate(doc, unique, sharing)
         doc.issues.extend(duplicates)
         if parsed is None or not unique:
             continue
@@ -204,7 +209,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
             suites.append(Suite(id=suite_id, description=entry.description,
                                 allow_degraded=entry.allow_degraded, environment_ids=(),
                                 file=str(file)))
-    read = _expand_datasets(datasets, defaults, checks, environments, per_file)
+    read = _expand_datasets(datasets, defaults, checks, environments, per_file, sharing)
     members: dict[str, list[str]] = {s.id: [] for s in suites}
     for env in environments:
         members[env.suite].append(env.id)
@@ -221,7 +226,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
 def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                      defaults: dict[str, EnvironmentSettings], checks: CrossFileChecks,
                      environments: list[Environment],
-                     per_file: list[list[CatalogueIssue]]) -> list[str]:
+                     per_file: list[list[CatalogueIssue]], sharing: Sharing) -> list[str]:
     """Expand every dataset into ``environments`` (ids unique across the catalogue), its
     problems into ``per_file``; returns the dataset files read."""
     # None: defined in a catalogue file, located (checks.where) only for a duplicate
@@ -249,6 +254,7 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                 found.issue(file, line, key, f"duplicate environment id {env.id!r} "
                                              f"(first in {first})")
             else:
+                sharing.fields(env)
                 environments.append(env)
         if found.dropped:
             doc.issues.append(doc.issue(where, f"{found.dropped} more problem(s) in its records "
