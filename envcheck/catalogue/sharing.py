@@ -10,7 +10,7 @@ place, so holding an equal value once changes nothing a reader sees.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,44 +25,49 @@ class Sharing:
 
     def __init__(self) -> None:
         self._held: dict[Hashable, Any] = {}
+        self._known: set[int] = set()  # ids of the values held: alive, so never reused
 
     def fields(self, model: BaseModel) -> None:
         """Hold each field of ``model`` as the equal value seen first."""
         values = model.__dict__
         for name, value in values.items():
-            if type(value) not in _SCALARS:
+            if type(value) not in _SCALARS and id(value) not in self._known:
                 values[name] = self.value(value)
 
     def value(self, value: Any) -> Any:
         """``value``, or the equal one seen first in this load (same types throughout)."""
         kind = type(value)
-        if kind in _SCALARS:
-            return value
-        key: Hashable
+        if kind in _SCALARS or id(value) in self._known:
+            return value  # e.g. a suite's defaults, the same model in every environment
+        key: tuple[Hashable, ...]
         if isinstance(value, BaseModel):
             if value.__pydantic_private__ or value.__pydantic_extra__:
                 return value  # state beyond its fields: kept as it is
             self.fields(value)
-            key = (kind, *map(_token, value.__dict__.values()),
-                   frozenset(value.__pydantic_fields_set__))
+            key = (kind, frozenset(value.__pydantic_fields_set__),
+                   *_tokens(value.__dict__.values()))
         elif kind is list:
             value[:] = [self.value(item) for item in value]
-            key = (kind, *map(_token, value))
+            key = (kind, *_tokens(value))
         elif kind is dict:
             for name, item in value.items():
                 if type(item) not in _SCALARS:
                     value[name] = self.value(item)
-            key = (kind, *value.keys(), *map(_token, value.values()))
+            key = (kind, *value.keys(), *_tokens(value.values()))
         else:
             return value
-        return self._held.setdefault(key, value)
+        held = self._held.setdefault(key, value)
+        self._known.add(id(held))
+        return held
 
 
-def _token(value: Any) -> Hashable:
-    """What tells a part apart once parts are held once: a scalar's type and value (``1``,
+def _tokens(values: Iterable[Any]) -> list[Hashable]:
+    """What tells parts apart once parts are held once: a scalar's type and value (``1``,
     ``1.0`` and ``True`` are equal in Python, not in a catalogue; nor are ``0.0`` and
-    ``-0.0``), another value's identity (held, so never reused while it counts)."""
-    kind = type(value)
-    if kind is float:
-        return float.hex(value)
-    return (kind, value) if kind in _SCALARS else id(value)
+    ``-0.0``), another value's identity."""
+    out: list[Hashable] = []
+    for value in values:
+        kind = type(value)
+        out.append(id(value) if kind not in _SCALARS
+                   else float.hex(value) if kind is float else (kind, value))
+    return out
