@@ -39,7 +39,7 @@ class Sharing:
         kind = type(value)
         if kind in _SCALARS or id(value) in self._known:
             return value  # e.g. a suite's defaults, the same model in every environment
-        key: tuple[Hashable, ...]
+        key: tuple[Any, ...]
         if isinstance(value, BaseModel):
             if value.__pydantic_private__ or value.__pydantic_extra__:
                 return value  # state beyond its fields: kept as it is
