@@ -26,6 +26,7 @@ class Sharing:
     def __init__(self) -> None:
         self._held: dict[Hashable, Any] = {}
         self._known: set[int] = set()  # ids of the values held: alive, so never reused
+        self._names: dict[frozenset[str], frozenset[str]] = {}  # models' sets of fields set
 
     def fields(self, model: BaseModel) -> None:
         """Hold each field of ``model`` as the equal value seen first."""
@@ -44,8 +45,8 @@ class Sharing:
             if value.__pydantic_private__ or value.__pydantic_extra__:
                 return value  # state beyond its fields: kept as it is
             self.fields(value)
-            key = (kind, frozenset(value.__pydantic_fields_set__),
-                   *_tokens(value.__dict__.values()))
+            names = frozenset(value.__pydantic_fields_set__)
+            key = (kind, self._names.setdefault(names, names), *_tokens(value.__dict__.values()))
         elif kind is list:
             value[:] = [self.value(item) for item in value]
             key = (kind, *_tokens(value))
@@ -62,12 +63,13 @@ class Sharing:
 
 
 def _tokens(values: Iterable[Any]) -> list[Hashable]:
-    """What tells parts apart once parts are held once: a scalar's type and value (``1``,
-    ``1.0`` and ``True`` are equal in Python, not in a catalogue; nor are ``0.0`` and
-    ``-0.0``), another value's identity."""
+    """What tells parts apart once parts are held once: a string or None itself, another
+    scalar with its type (``1``, ``1.0`` and ``True`` are equal in Python, not in a
+    catalogue; nor are ``0.0`` and ``-0.0``), another value's identity (an int)."""
     out: list[Hashable] = []
     for value in values:
         kind = type(value)
-        out.append(id(value) if kind not in _SCALARS
-                   else float.hex(value) if kind is float else (kind, value))
+        out.append(value if kind is str or value is None
+                   else id(value) if kind not in _SCALARS
+                   else (kind, float.hex(value) if kind is float else value))
     return out
