@@ -25,6 +25,12 @@ from envcheck.catalogue.yamlsrc import load_yaml
 from envcheck.core.errors import CatalogueError
 
 
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cat.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
 def whole(data: dict[str, Any]) -> list[ErrorDetails]:
     try:
         CatalogueFile.model_validate(data, by_alias=True, by_name=False)
@@ -83,8 +89,7 @@ def test_values_are_released_only_when_nothing_is_aliased() -> None:
 
 
 def test_an_environment_list_aliased_later_is_not_released(tmp_path: Path) -> None:
-    path = tmp_path / "cat.yaml"
-    path.write_text(textwrap.dedent("""\
+    path = write(tmp_path, """\
         version: 1
         suites:
           one:
@@ -93,7 +98,7 @@ def test_an_environment_list_aliased_later_is_not_released(tmp_path: Path) -> No
           two:
             environments:
               - {id: b, image: y, tools: *envs}
-        """), encoding="utf-8")
+        """)
     with pytest.raises(CatalogueError) as caught:
         load_catalogue([path])
     assert [(i.line, i.key, i.message) for i in caught.value.issues] == [
@@ -104,8 +109,7 @@ def test_an_environment_list_aliased_later_is_not_released(tmp_path: Path) -> No
 
 
 def test_equal_values_of_a_load_are_held_once(tmp_path: Path) -> None:
-    path = tmp_path / "cat.yaml"
-    path.write_text(textwrap.dedent("""\
+    path = write(tmp_path, """\
         version: 1
         suites:
           s:
@@ -115,7 +119,7 @@ def test_equal_values_of_a_load_are_held_once(tmp_path: Path) -> None:
               - {id: b, image: x, tools: [git], limits: {cpus: 2.0}, labels: {k: v, j: w}}
               - {id: c, image: x, tools: [git, tmux], limits: {cpus: 2}, labels: {j: w, k: v}}
               - {id: d, image: x, tools: [git], limits: {cpus: 2.0, pids: 256}}
-        """), encoding="utf-8")
+        """)
     a, b, c, d = load_catalogue([path]).environments
     assert a.tools is b.tools and a.limits is b.limits and a.labels is b.labels
     assert c.tools is not a.tools
