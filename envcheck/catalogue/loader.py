@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from envcheck.catalogue.crossfile import CrossFileChecks
 from envcheck.catalogue.datasets import FORMATS, expand
@@ -21,7 +23,15 @@ from envcheck.catalogue.document import CatalogueFile
 from envcheck.catalogue.fields import CATALOGUE_FILE, schedule_floor
 from envcheck.catalogue.merge import resolve_environment
 from envcheck.catalogue.messages import describe_error, show_value
-from envcheck.catalogue.models import Catalogue, Environment, EnvironmentSettings, Suite
+from envcheck.catalogue.models import (
+    Catalogue,
+    Environment,
+    EnvironmentEntry,
+    EnvironmentSettings,
+    Suite,
+)
+from envcheck.catalogue.outline import at, in_file_order, split_environments
+from envcheck.catalogue.sharing import Sharing
 from envcheck.catalogue.yamlsrc import (
     KeyPath,
     SourceDoc,
@@ -89,32 +99,73 @@ def _limits() -> SourceLimits:
     return limits
 
 
-def _validate(doc: SourceDoc) -> CatalogueFile | None:
-    """Validate one parsed document, adding every problem pydantic finds to ``doc.issues``."""
+def _issues(doc: SourceDoc, errors: Iterable[ErrorDetails]) -> None:
+    """Pydantic's errors of a catalogue file as issues of ``doc``, in their order."""
+    for err in errors:
+        loc: KeyPath = tuple(err["loc"])
+        if loc and loc[-1] == "[key]":  # the key itself is invalid (e.g. a suite id)
+            loc = loc[:-1]
+        if loc[:1] == ("datasets",) and len(loc) > 2 and loc[2] in FORMATS:
+            loc = (*loc[:2], *loc[3:])  # a union's tag: the file has no such key
+        doc.issues.append(doc.issue(loc, describe_error(err, CatalogueFile)))
+
+
+def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
+              ) -> tuple[CatalogueFile | None, list[Environment]]:
+    """Validate one parsed document, adding every problem pydantic finds to ``doc.issues``;
+    if it has none and its ids are ``unique``, its environments resolved."""
     if not doc.parsed:
-        return None
+        return None, []
     if doc.data is None:
         doc.issues.append(doc.issue((), "the file is empty (a catalogue starts with "
                                         "'version: 1')"))
-        return None
+        return None, []
     if not isinstance(doc.data, dict):
         doc.issues.append(doc.issue((), f"a catalogue file must be a mapping with 'version: 1', "
                                         f"got {show_value(doc.data)}"))
-        return None
+        return None, []
+    # by_name=False: the file must use the documented key (``schema``), not the field name.
+    options: dict[str, Any] = {"by_alias": True, "by_name": False,
+                               "context": {CATALOGUE_FILE: doc.file}}
+    # The file without its environments, then each environment (resolved at once): the
+    # models of a whole fleet are never alive together, and the memory each raw value frees
+    # serves the environments that follow.
+    outline, stream = split_environments(doc.data, release=not doc.shared)
     try:
-        # by_name=False: the file must use the documented key (``schema``), not the field name.
-        parsed = CatalogueFile.model_validate(doc.data, by_alias=True, by_name=False,
-                                              context={CATALOGUE_FILE: doc.file})
+        parsed: CatalogueFile | None = CatalogueFile.model_validate(outline, **options)
+        errors: list[ErrorDetails] = []
     except ValidationError as exc:
-        for err in exc.errors():
-            loc: KeyPath = tuple(err["loc"])
-            if loc and loc[-1] == "[key]":  # the key itself is invalid (e.g. a suite id)
-                loc = loc[:-1]
-            if loc[:1] == ("datasets",) and len(loc) > 2 and loc[2] in FORMATS:
-                loc = (*loc[:2], *loc[3:])  # a union's tag: the file has no such key
-            doc.issues.append(doc.issue(loc, describe_error(err, CatalogueFile)))
-        return None
-    return None if doc.issues else parsed
+        parsed, errors = None, exc.errors()
+    resolve = parsed is not None and unique and not doc.issues
+    environments: list[Environment] = []
+    conflicts: list[CatalogueIssue] = []
+    invalid: list[ErrorDetails] = []
+    for suite_id, i, raw in stream:
+        where: KeyPath = ("suites", suite_id, "environments", i)
+        try:
+            entry = EnvironmentEntry.model_validate(raw, **options)
+        except ValidationError as exc:
+            invalid.extend(at(e, where) for e in exc.errors())
+            resolve = False
+            continue
+        if not resolve:
+            continue
+        assert parsed is not None
+        try:
+            env = resolve_environment(suite_id, parsed.suites[suite_id].defaults, entry)
+        except ValidationError as exc:  # defaults + entry conflict (cross-field rules)
+            conflicts.extend(
+                doc.issue((*where, *e["loc"]), "with the suite defaults applied: "
+                          f"{describe_error(e, CatalogueFile)}")
+                for e in exc.errors())
+        else:
+            sharing.fields(env)
+            environments.append(env)
+    _issues(doc, in_file_order(errors, invalid, doc.data))
+    if parsed is None or doc.issues:
+        return None, []
+    doc.issues.extend(conflicts)
+    return parsed, environments if unique else []
 
 
 def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
@@ -126,6 +177,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
     limits = _limits()
     files, missing = _catalogue_files(paths)
     checks = CrossFileChecks()
+    sharing = Sharing()
     per_file: list[list[CatalogueIssue]] = [missing]
     suites: list[Suite] = []
     environments: list[Environment] = []
@@ -139,28 +191,25 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
             continue
         doc = load_yaml(str(file), text, limits)
         per_file.append(doc.issues)  # check_refs may add to it later
-        parsed = _validate(doc)
+        taken = len(doc.issues)
         unique = checks.scan(doc)
+        # A duplicate id follows the file's own problems, as where it is found follows them.
+        duplicates = doc.issues[taken:]
+        del doc.issues[taken:]
+        parsed, resolved = _validate(doc, unique, sharing)
+        doc.issues.extend(duplicates)
         if parsed is None or not unique:
             continue
+        environments.extend(resolved)
         sources.extend(parsed.data_sources)
         datasets.extend((doc, i, entry) for i, entry in enumerate(parsed.datasets))
         for suite_id, entry in parsed.suites.items():
             defaults[suite_id] = entry.defaults
-            for i, env_entry in enumerate(entry.environments):
-                try:
-                    environments.append(resolve_environment(suite_id, entry.defaults, env_entry))
-                except ValidationError as exc:  # defaults + entry conflict (cross-field rules)
-                    where: KeyPath = ("suites", suite_id, "environments", i)
-                    doc.issues.extend(
-                        doc.issue((*where, *e["loc"]), "with the suite defaults applied: "
-                                  f"{describe_error(e, CatalogueFile)}")
-                        for e in exc.errors())
+            # its environment ids: set below, with the datasets' environments
             suites.append(Suite(id=suite_id, description=entry.description,
-                                allow_degraded=entry.allow_degraded,
-                                environment_ids=tuple(e.id for e in entry.environments),
+                                allow_degraded=entry.allow_degraded, environment_ids=(),
                                 file=str(file)))
-    read = _expand_datasets(datasets, defaults, checks, environments, per_file)
+    read = _expand_datasets(datasets, defaults, checks, environments, per_file, sharing)
     members: dict[str, list[str]] = {s.id: [] for s in suites}
     for env in environments:
         members[env.suite].append(env.id)
@@ -177,7 +226,7 @@ def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
 def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                      defaults: dict[str, EnvironmentSettings], checks: CrossFileChecks,
                      environments: list[Environment],
-                     per_file: list[list[CatalogueIssue]]) -> list[str]:
+                     per_file: list[list[CatalogueIssue]], sharing: Sharing) -> list[str]:
     """Expand every dataset into ``environments`` (ids unique across the catalogue), its
     problems into ``per_file``; returns the dataset files read."""
     # None: defined in a catalogue file, located (checks.where) only for a duplicate
@@ -205,6 +254,7 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                 found.issue(file, line, key, f"duplicate environment id {env.id!r} "
                                              f"(first in {first})")
             else:
+                sharing.fields(env)
                 environments.append(env)
         if found.dropped:
             doc.issues.append(doc.issue(where, f"{found.dropped} more problem(s) in its records "

@@ -179,6 +179,8 @@ class SourceDoc:
     issues: list[CatalogueIssue] = field(default_factory=list)
     parsed: bool = False
     """True once the YAML was read into ``data``: issues so far do not hide the rest."""
+    shared: bool = True
+    """Some value of ``data`` may be in it twice (an alias): none may be changed in place."""
     _lines: dict[KeyPath, int] | None = field(default_factory=dict, repr=False)
     _source: tuple[str, SourceLimits] | None = field(default=None, repr=False)
 
@@ -368,9 +370,11 @@ def load_yaml(file: str, text: str, limits: SourceLimits | None = None, *,
     """
     limits = limits or SourceLimits()
     if not lines:
-        values = read_values(text, limits.max_nodes, limits.max_depth)
+        aliases: set[str] = set()
+        values = read_values(text, limits.max_nodes, limits.max_depth, aliases=aliases)
         if values is not None:
-            return SourceDoc(file, values[0], parsed=True, _lines=None, _source=(text, limits))
+            return SourceDoc(file, values[0], parsed=True, shared=bool(aliases), _lines=None,
+                             _source=(text, limits))
     return _load_with_lines(file, text, limits)
 
 

@@ -70,6 +70,7 @@ class _Open:
 
 def read_values(text: str, max_nodes: int, max_depth: int, *,
                 lines: dict[tuple[str | int, ...], int] | None = None,
+                aliases: set[str] | None = None,
                 parser: type[yaml.SafeLoader] = FAST_PARSER) -> tuple[Any] | None:
     """``(value,)`` of the one YAML document in ``text`` (``(None,)`` if it is empty), or None
     if the line-tracking reader must read it to say what is wrong.
@@ -78,12 +79,15 @@ def read_values(text: str, max_nodes: int, max_depth: int, *,
     line-tracking reader records it: a mapping's item at its key, a list's item where it
     starts. A document with aliases or merge keys then gives up too: where their items are
     is that reader's own rule.
+
+    ``aliases``, if given, is filled with the anchors the document's aliases use: a value
+    they name is shared by every place that uses it.
     """
     if _LEAVE_TO_PYYAML.search(text):
         return None
     loader = parser(text)
     try:
-        return (_Reader(loader, max_nodes, max_depth, lines).document(),)
+        return (_Reader(loader, max_nodes, max_depth, lines, aliases).document(),)
     except (_GiveUp, yaml.YAMLError):
         return None
     finally:
@@ -92,9 +96,11 @@ def read_values(text: str, max_nodes: int, max_depth: int, *,
 
 class _Reader:
     def __init__(self, loader: yaml.SafeLoader, max_nodes: int, max_depth: int,
-                 lines: dict[tuple[str | int, ...], int] | None) -> None:
+                 lines: dict[tuple[str | int, ...], int] | None,
+                 aliases: set[str] | None = None) -> None:
         self.loader: Any = loader  # PyYAML's stubs leave the parser's methods untyped
         self.lines = lines
+        self.aliases = aliases
         self.max_nodes = max_nodes
         self.max_depth = max_depth
         self.anchors: dict[str, tuple[Any, int, int]] = {}  # closed: value, size, height
@@ -156,6 +162,8 @@ class _Reader:
                 if event.anchor not in self.anchors or lines is not None:
                     raise _GiveUp  # undefined, or it contains the alias; or lines wanted
                 value, size, height = self.anchors[event.anchor]
+                if self.aliases is not None:
+                    self.aliases.add(event.anchor)
                 count += size
                 if count > max_nodes or len(stack) + height > max_depth:
                     raise _GiveUp
