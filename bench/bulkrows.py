@@ -69,23 +69,24 @@ class BulkWriter:
 def same_shape(store: Store, writer: BulkWriter, run_id: str, result: Any,
                row: tuple[Any, ...]) -> list[str]:
     """Write ``result`` through ``Store.record`` and ``row`` (the same result) through
-    ``writer``, read both back as stored (the driver's values: SQLite's text, PostgreSQL's
-    JSON as its text) and delete them; the columns that differ (none: the fast path writes
-    what the store writes)."""
+    ``writer``, read both back as stored, every column but the id (the driver's values:
+    SQLite's text, PostgreSQL's JSON as its text), and delete them; the columns that differ
+    (none: the fast path writes what the store writes, columns it leaves out included)."""
     first = store.record(run_id, result)
     writer.results([row])
-    as_text = {"evidence", "details"} if not writer.sqlite else set()
-    names = ", ".join(f"{n}::text" if n in as_text else n for n in writer.columns)
+    names = [c.name for c in RESULTS.columns if c.name != "id"]
+    shown = ", ".join(f"{n}::text" if not writer.sqlite and n in ("evidence", "details")
+                      else n for n in names)
     with writer.engine.begin() as conn:
         raw: Any = conn.connection.driver_connection
         mark = "?" if writer.sqlite else "%s"
         cur = raw.cursor()
         try:
-            cur.execute(f"SELECT {names} FROM probe_result WHERE id >= {mark} ORDER BY id",
+            cur.execute(f"SELECT {shown} FROM probe_result WHERE id >= {mark} ORDER BY id",
                         (first,))
             stored = cur.fetchall()
             cur.execute(f"DELETE FROM probe_result WHERE id >= {mark}", (first,))
         finally:
             cur.close()
     a, b = stored
-    return [n for n, x, y in zip(writer.columns, a, b, strict=True) if x != y]
+    return [n for n, x, y in zip(names, a, b, strict=True) if x != y]

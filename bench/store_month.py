@@ -18,10 +18,11 @@ model (the real ``evaluate``) on the environments whose answer just changed (a b
 so quarantines, their transitions and their evidence happen as in the daemon, and
 quarantined environments are probed four times slower; then the daemon's prune
 (``store.prune(Retention(), now=<the simulated hour's end>)``, as ``--prune-every 1h``). On
-PostgreSQL, autovacuum has a real hour to reclaim what a prune deleted, and a simulated hour
-lasts seconds: so after each prune the bench runs ``VACUUM ANALYZE`` on each table whose dead
-rows passed autovacuum's own threshold for it (what autovacuum would have done within its
-one-minute naptime); its seconds are reported apart.
+PostgreSQL, autovacuum has a real hour to reclaim what a prune deleted and to refresh the
+planner's statistics, and a simulated hour lasts seconds: so after each prune the bench runs
+``VACUUM ANALYZE`` (or ``ANALYZE``) on each table whose dead, inserted or changed rows passed
+autovacuum's own thresholds for it (what autovacuum would have done within its one-minute
+naptime); its seconds are reported apart.
 
 At the end of each ``--report-days`` day: the database's size (SQLite: file + WAL after a
 checkpoint; PostgreSQL: ``pg_database_size``), rows per table, the prune's seconds (the
@@ -32,7 +33,7 @@ the first ``--record-sample`` results of the day's last hour are written through
 ``Store.record``, one commit each (the daemon's write path), and their rate is divided by the
 schedule's average and peak-minute rates.
 
-**The prune before and after**: at each report day, the old way of finding what to prune
+**The prune before and after**: at the last report day, the old way of finding what to prune
 (ranking every result of 50 environments at a time with a window function, as the prune did
 before it walked the index) and the new one are timed side by side on the same store,
 read-only, and must find the same results (``--no-compare`` skips it).
@@ -79,17 +80,24 @@ from envcheck.store.retention import Cutoffs, Retention
 PG_DATABASE = "envcheck_bench_month"
 ALLOWLIST_P99_MS = allowlist.TARGET_P99_MS
 PAGE_S = dashboard.TARGET_S
-# The tables autovacuum would visit after a prune: those whose dead rows passed its threshold
-# (the table's own settings, else the server's).
-AUTOVACUUM_DUE = """
-SELECT s.relname FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
-WHERE s.relname IN ('probe_result', 'result_rollup', 'check_run') AND s.n_dead_tup >
-    coalesce((SELECT option_value::float FROM pg_options_to_table(c.reloptions)
-              WHERE option_name = 'autovacuum_vacuum_threshold'),
-             current_setting('autovacuum_vacuum_threshold')::float)
-    + coalesce((SELECT option_value::float FROM pg_options_to_table(c.reloptions)
-                WHERE option_name = 'autovacuum_vacuum_scale_factor'),
-               current_setting('autovacuum_vacuum_scale_factor')::float) * c.reltuples
+def _setting(name: str) -> str:
+    """An autovacuum setting of table ``c``: its own (reloptions), else the server's."""
+    return (f"coalesce((SELECT option_value::float FROM pg_options_to_table(c.reloptions) "
+            f"WHERE option_name = '{name}'), current_setting('{name}')::float)")
+
+
+# What autovacuum would do to each table that pruning or writing touches, by its own rules:
+# VACUUM past the dead-row or the inserted-row threshold, ANALYZE past the changed-row one.
+AUTOVACUUM_DUE = f"""
+SELECT s.relname,
+    s.n_dead_tup > {_setting('autovacuum_vacuum_threshold')}
+        + {_setting('autovacuum_vacuum_scale_factor')} * greatest(c.reltuples, 0)
+    OR s.n_ins_since_vacuum > {_setting('autovacuum_vacuum_insert_threshold')}
+        + {_setting('autovacuum_vacuum_insert_scale_factor')} * greatest(c.reltuples, 0),
+    s.n_mod_since_analyze > {_setting('autovacuum_analyze_threshold')}
+        + {_setting('autovacuum_analyze_scale_factor')} * greatest(c.reltuples, 0)
+FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.relname IN ('probe_result', 'result_rollup', 'check_run', 'transition', 'env_state')
 """
 log = logging.getLogger("store_month")
 
@@ -306,9 +314,12 @@ class Month:
             t4 = time.perf_counter()
             with self.store.engine.connect() as conn:
                 auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-                out["vacuumed"] = list(auto.exec_driver_sql(AUTOVACUUM_DUE).scalars())
-                for name in out["vacuumed"]:
-                    auto.exec_driver_sql(f"VACUUM ANALYZE {name}")
+                out["vacuumed"] = []
+                for name, vacuum, analyze in auto.exec_driver_sql(AUTOVACUUM_DUE).all():
+                    if vacuum or analyze:
+                        done = "VACUUM ANALYZE" if vacuum else "ANALYZE"
+                        auto.exec_driver_sql(f"{done} {name}")
+                        out["vacuumed"].append(f"{done} {name}")
             out["vacuum_s"] = round(time.perf_counter() - t4, 3)
         out["total_s"] = round(time.perf_counter() - t0, 3)
         return out
@@ -336,7 +347,7 @@ class Month:
         out: dict[str, Any] = {
             "day": day, "size_bytes": size_bytes(self.store),
             "prune_reads": compare_prune_reads(self.store, at(day * mf.DAY))
-            if self.args.compare else None,
+            if self.args.compare and day == self.args.report_days[-1] else None,
             "table_bytes": table_sizes(self.store), **row_counts(self.store),
             "prune_last_s": prunes[-1], "prune_p95_s": percentile(prunes, 0.95),
             "prune_max_s": max(prunes), "pruned_today": sum(h["pruned"] for h in today),
@@ -460,12 +471,12 @@ def table(result: dict[str, Any]) -> str:
     line("prune: p95 of the day (s)", [f"{days[d]['prune_p95_s']:.2f}" for d in cols])
     line("prune: max of the day (s)", [f"{days[d]['prune_max_s']:.2f}" for d in cols],
          "< 3% of an hour")
-    if all(days[d]["prune_reads"] for d in cols):
-        reads = [days[d]["prune_reads"] for d in cols]
-        line("  finding them, before (s)", [f"{r['ranking_s']:.2f}" for r in reads],
-             "ranking every result")
-        line("  finding them, now (s)", [f"{r['index_walk_s']:.2f}" for r in reads],
-             "walking the index")
+    reads = [days[d]["prune_reads"] for d in cols]
+    if any(reads):
+        line("  finding them, before (s)",
+             [f"{r['ranking_s']:.2f}" if r else "-" for r in reads], "ranking every result")
+        line("  finding them, now (s)",
+             [f"{r['index_walk_s']:.2f}" if r else "-" for r in reads], "walking the index")
     if result["backend"] == "postgresql":
         line("VACUUM after it: max (s)", [f"{days[d]['vacuum_max_s']:.2f}" for d in cols])
     line("load average (1 min)", [f"{days[d]['load_average']:.1f}" for d in cols],
@@ -514,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=200_000,
                         help="bulk rows per transaction")
     parser.add_argument("--no-compare", dest="compare", action="store_false",
-                        help="skip timing the prune's old way of finding old results")
+                        help="skip timing the prune's old way of finding old results (at the last "
+                             "report day)")
     parser.add_argument("--progress", action="store_true", help="a line per simulated hour")
     parser.add_argument("--keep", action="store_true",
                         help="keep the SQLite file and the PostgreSQL database")
