@@ -140,6 +140,9 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         "ALERTMANAGER_GROUP_INTERVAL": "1s", "ENVCHECK_HEALTH_INTERVAL": "1s",
         "ENVCHECK_WINDOW": "2", "ENVCHECK_MIN_SCHEDULE": "1s",
         "ENVCHECK_CONTAINER_TAG": SESSION_TAG,
+        # budgets far above what the stack spends: nothing waits, and the board's budget
+        # panels (the fleet's and the suite's) have series to show
+        "ENVCHECK_BUDGET": "1000000", "ENVCHECK_SUITE_BUDGET": "stack=1000000",
         "DOCKER_HOST": os.environ.get("DOCKER_HOST"),
     }.items() if value is not None}
     stack = Stack(binary, project, env)

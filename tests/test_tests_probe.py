@@ -230,6 +230,7 @@ class Script:
         v is False or v == "collect" for v in o.values()))
     hang_on: set[int] = field(default_factory=set)  # run numbers whose tests hang
     oracle_exit: int = 0
+    marker_last: bool = False  # the engine hands the ready marker (stdout) after stderr's lines
     stale_report: bool = False
     runs: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)
     files: list[tuple[str, int]] = field(default_factory=list)
@@ -272,7 +273,9 @@ class FakeSandbox:
             if not body.strip():
                 return _result("envcheck:ready")
             got = self.command(body, env)
-            return _result(f"envcheck:ready\n{got.text}", got.exit_code, got.timed_out)
+            text = (f"{got.text}\nenvcheck:ready" if self.script.marker_last
+                    else f"envcheck:ready\n{got.text}")
+            return _result(text, got.exit_code, got.timed_out)
         return self.command(body, env)
 
     def command(self, body: str, env: dict[str, str] | None) -> ExecResult:
@@ -436,7 +439,8 @@ def test_a_hang_is_timeout_and_skips_the_rest(hang_on: set[int], status: Status,
     (Script(behaviour=lambda f, order, n: {"other.py::test_z": True}),
      Reason.NO_TESTS_COLLECTED, "none of the 5 declared tests"),
     (Script(stale_report=True), Reason.PARSE_ERROR, "cannot be removed"),
-    (Script(oracle_exit=1), Reason.ORACLE_FAILED, "exited 1"),
+    (Script(oracle_exit=1), Reason.ORACLE_FAILED, "exited 1: oracle ran"),
+    (Script(oracle_exit=1, marker_last=True), Reason.ORACLE_FAILED, "exited 1: oracle ran"),
 ])
 def test_invalid_runs_are_never_a_pass(script: Script, reason: Reason, words: str) -> None:
     result = probe(script)

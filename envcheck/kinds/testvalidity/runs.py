@@ -241,7 +241,10 @@ class _Runner:
             return Problem(Reason.TIMEOUT, f"the oracle ran past {self.spec.timeout_s:g}s and "
                                            "was killed")
         if result.exit_code != 0:
-            last = (result.text.strip().splitlines() or [""])[-1][:200]
+            # The marker is stdout's, the oracle's complaint often stderr's: the engine keeps
+            # no order between the two streams, so the marker may come last. It says nothing.
+            said = [line for line in result.text.strip().splitlines() if line.strip() != READY]
+            last = (said or [""])[-1][:200]
             return Problem(Reason.ORACLE_FAILED, f"the oracle {target} exited "
                                                  f"{result.exit_code}: {last}")
         return None
