@@ -23,7 +23,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -296,6 +296,7 @@ class DockerRuntime:
         return removed
 
     def image_digest(self, image: str) -> str:
+        self._preflight()
         with _engine_errors(image):
             return str(self._client.images.get(image).id)
 
@@ -306,10 +307,12 @@ class DockerRuntime:
             self._live.add(key)
         container = None
         try:
+            self._preflight()
             with _engine_errors(spec.image):
                 container = self._client.containers.create(**self._create_args(spec, key))
             self.tidy()  # the engine answers: the leftovers of an outage can go now
             started = time.monotonic()
+            self._preflight()
             with _engine_errors(spec.image):
                 container.start()
                 container.reload()
@@ -317,7 +320,8 @@ class DockerRuntime:
             if container.status != "running":
                 logs = container.logs(tail=20).decode("utf-8", "replace")
                 raise SandboxStartFailed(f"container exited at once: {logs.strip()}", duration)
-            yield DockerSandbox(self._client, container, duration, self._flood_limit)
+            yield DockerSandbox(self._client, container, duration, self._flood_limit,
+                                self._preflight)
         except SandboxStartFailed as exc:
             if not exc.duration_s and container is not None:
                 exc.duration_s = 0.0
@@ -410,12 +414,21 @@ class DockerRuntime:
 
 class DockerSandbox:
     def __init__(self, client: docker.DockerClient, container: Any, start_duration_s: float,
-                 flood_limit: int) -> None:
+                 flood_limit: int, preflight: Callable[[], None] = lambda: None) -> None:
         self._api = client.api
+        self._preflight = preflight
         self._container = container
         self._start_duration_s = start_duration_s
         self._flood_limit = flood_limit
         self._killed = False
+
+    @contextmanager
+    def _engine(self) -> Iterator[None]:
+        """An engine call, its socket tried first: the engine may have gone mid-probe, and
+        the SDK leaks the socket of a refused connect."""
+        self._preflight()
+        with _engine_errors():
+            yield
 
     @property
     def container_id(self) -> str:
@@ -427,14 +440,14 @@ class DockerSandbox:
 
     def _ensure_running(self) -> None:
         if self._killed:
-            with _engine_errors():
+            with self._engine():
                 self._api.start(self.container_id)
             self._killed = False
 
     def _kill(self) -> None:
         self._killed = True
         try:
-            with _engine_errors():
+            with self._engine():
                 self._api.kill(self.container_id)
                 self._api.wait(self.container_id, timeout=30)
         except (EngineUnreachable, SandboxFailed, requests.RequestException) as exc:
@@ -458,7 +471,7 @@ class DockerSandbox:
     def _open(self, argv: Sequence[str], user: str | None, env: dict[str, str] | None,
               tty: bool) -> tuple[str, Any]:
         self._ensure_running()
-        with _engine_errors():
+        with self._engine():
             exec_id = self._api.exec_create(self.container_id, list(argv), stdin=tty, tty=tty,
                                             user=user or "", environment=env)["Id"]
             sock = self._api.exec_start(exec_id, socket=True, tty=tty)
@@ -516,7 +529,7 @@ class DockerSandbox:
         The stream ends a moment before the engine records the exit code: poll for it."""
 
         def inspect() -> dict[str, Any]:
-            with _engine_errors():
+            with self._engine():
                 return dict(self._api.exec_inspect(exec_id))
 
         polling = Retrying(retry=retry_if_result(lambda info: bool(info.get("Running"))),
@@ -552,7 +565,7 @@ class DockerSandbox:
         if directory == "/tmp" or directory.startswith("/tmp/"):
             raise ValueError(f"{directory}: /tmp is a tmpfs the engine cannot copy into")
         self._ensure_running()
-        with _engine_errors():
+        with self._engine():
             self._api.put_archive(self.container_id, directory, archive)
 
 

@@ -10,6 +10,7 @@ through its real socket, by the labels envcheck puts on every container.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import uuid
@@ -111,6 +112,18 @@ def _ids(client: docker.DockerClient, *labels: str) -> set[str]:
     return {c["Id"] for c in client.api.containers(all=True, filters={"label": list(labels)})}
 
 
+def _in_test_run(client: docker.DockerClient, ids: set[str]) -> bool:
+    """Is a probe inside the test run that never returns, in one of these containers? Its
+    container exists a moment before that: cut earlier, and the probe loses the engine while
+    creating or starting it instead."""
+    for cid in ids:
+        with contextlib.suppress(docker.errors.APIError):  # not running (yet, or any more)
+            processes = client.api.top(cid).get("Processes") or []
+            if any("test_wait" in " ".join(p) for p in processes):
+                return True
+    return False
+
+
 def _outage_mid_probe(engine: Engine, real: docker.DockerClient, executor: LocalExecutor,
                       env: Environment) -> set[str]:
     """Cut the engine while a probe of ``env`` is in flight; the probe's containers, which
@@ -119,8 +132,8 @@ def _outage_mid_probe(engine: Engine, real: docker.DockerClient, executor: Local
     mine = (f"{LABEL_TAG}={SESSION_TAG}", f"{LABEL_RUN}={run_id}")
     with ThreadPoolExecutor(1) as pool:
         probe = pool.submit(executor.check, env, [ProbeKind.TESTS], run_id)
-        wait_for(lambda: bool(_ids(real, *mine)),
-                 timeout_s=DEADLINE_S, what="the probe's container", interval_s=0.1)
+        wait_for(lambda: _in_test_run(real, _ids(real, *mine)),
+                 timeout_s=DEADLINE_S, what="the probe's hanging test run", interval_s=0.1)
         in_flight = _ids(real, *mine)
         engine.cut()
         [result] = probe.result(timeout=60)
@@ -155,15 +168,19 @@ def test_inflight_containers_reaped_once_engine_answers(
     caplog.set_level(logging.INFO, logger="envcheck.sandbox.docker")
     left = _outage_mid_probe(engine, real, executor, hang_env)
     engine.restore()
-    if answer == "ping":  # a readiness check (/readyz) reaches the engine
-        executor.ping()
+    if answer == "ping":  # readiness checks (/readyz) reach the engine, as they are polled
+        def reaped() -> bool:
+            executor.ping()  # a removal the loaded engine did not finish waits for the next
+            return not (left & _ids(real, LABEL_TAG))
     else:  # the next check starts a sandbox
         [healthy] = [e for e in load_catalogue([DEMO]).environments if e.id == "demo-healthy"]
         [result] = executor.check(healthy, [ProbeKind.TERMINAL], uuid.uuid4().hex)
         assert result.status is Status.PASS, result
+
+        def reaped() -> bool:
+            return not (left & _ids(real, LABEL_TAG))
     # the same process, no restart: the leftovers are gone from the real engine
-    wait_for(lambda: not (left & _ids(real, LABEL_TAG)),
-             timeout_s=DEADLINE_S, what="the leftovers to be reaped", interval_s=0.1)
+    wait_for(reaped, timeout_s=DEADLINE_S, what="the leftovers to be reaped", interval_s=0.5)
     assert any("reaped 1 leftover container" in r.getMessage() for r in caplog.records)
 
 
@@ -187,7 +204,8 @@ def test_daemon_sigterm_leaves_no_container_after_engine_came_back(
         monkeypatch.setenv("DOCKER_HOST", engine.url)
         d = daemons.start(catalogue, window=60.0)
         ours = (f"{LABEL_TAG}={d.tag}", f"{LABEL_ENV}={ENV_ID}")
-        d.wait("the probe's container", lambda: bool(_ids(real, *ours)))
+        d.wait("the probe's hanging test run", lambda: _in_test_run(real, _ids(real, *ours)),
+               timeout=DEADLINE_S)
         engine.cut()
         # the removal gives up only after the client's timeout and its retries: a loaded
         # machine needs a generous guard (a hang guard, not a speed target)
