@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -136,7 +135,8 @@ def seed(db_url: str, catalogue_path: Path) -> dict[str, Any]:
 
 def change(db_url: str, env_ids: Sequence[str], rng: random.Random, results: int) -> None:
     """One round of changes: ``results`` results stored one commit each, two quarantines
-    toggled by hand."""
+    toggled by hand (run with the side's code, as :func:`seed` is: the other side's code
+    would migrate its store, or could not open it)."""
     from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
     from envcheck.feed.assess import set_quarantine_by_id
     from envcheck.store import open_store
@@ -203,21 +203,27 @@ class Server:
         self._log.close()
 
 
-def measure(side: str, code_root: Path, series: str, n: int, store_file: Path,
-            catalogue: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+def in_side(code_root: Path, *argv: str) -> None:
+    """This script's ``argv`` mode in a child running the side's code."""
+    env = {**os.environ, "PYTHONPATH": str(code_root)}
+    env.pop("ENVCHECK_DATABASE_URL", None)
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], env=env,
+                   cwd=code_root, check=True, timeout=1800)
+
+
+def measure(side: str, code_root: Path, series: str, n: int, catalogue: Path,
+            args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     copy = workdir / f"{side.replace(', ', '-')}.db"
-    shutil.copyfile(store_file, copy)
     db_url = f"sqlite:///{copy}"
-    env_ids = [f"bench-{i:05d}" for i in range(n)]  # as catalogue_text names them
-    rng = random.Random(n)  # every side gets the same changes
+    in_side(code_root, "--seed", db_url, str(catalogue))
     started = time.monotonic()
     server = Server(code_root, db_url, catalogue, series, workdir / f"{copy.stem}.log")
     out: dict[str, Any] = {"start_s": round(time.monotonic() - started, 1)}
     try:
         text, out["first_wall_s"], out["first_cpu_s"] = server.scrape()
         cpu, walls = [], []
-        for _ in range(args.rounds):
-            change(db_url, env_ids, rng, args.changes)
+        for round_ in range(args.rounds):  # every side gets the same changes
+            in_side(code_root, "--change", db_url, str(n), str(round_), str(args.changes))
             text, wall, used = server.scrape()
             cpu.append(used)
             walls.append(wall)
@@ -255,15 +261,10 @@ def run_size(n: int, args: argparse.Namespace, baseline: Path, root: Path
     workdir.mkdir()
     catalogue = workdir / "catalogue.yaml"
     catalogue.write_text(catalogue_text(n), encoding="utf-8")
-    store_file = workdir / "seed.db"
-    t0 = time.monotonic()
-    seeded = seed(f"sqlite:///{store_file}", catalogue)
-    print(f"[{n:,} environments] seeded in {time.monotonic() - t0:.0f} s "
-          f"({seeded['quarantined']} quarantined)", flush=True)
-    out: dict[str, Any] = {"seed": seeded}
-    for side, series in SIDES:
+    out: dict[str, Any] = {}
+    for side, series in SIDES:  # each side seeds its own store, with its own code
         code = baseline if side == "baseline" else ROOT
-        out[side] = measure(side, code, series, n, store_file, catalogue, args, workdir)
+        out[side] = measure(side, code, series, n, catalogue, args, workdir)
     out["same_per_env_series"] = (out["baseline"].pop("per_env_lines")
                                   == out["new"].pop("per_env_lines"))
     out["new, per-suite"].pop("per_env_lines")
@@ -301,6 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--serve"]:
         return serve(argv[1], Path(argv[2]), argv[3])
+    if argv[:1] == ["--seed"]:
+        print(f"  seeded: {seed(argv[1], Path(argv[2]))}", flush=True)
+        return 0
+    if argv[:1] == ["--change"]:
+        n, round_, results = int(argv[2]), int(argv[3]), int(argv[4])
+        env_ids = [f"bench-{i:05d}" for i in range(n)]  # as catalogue_text names them
+        change(argv[1], env_ids, random.Random(n * 1000 + round_), results)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--rounds", type=int, default=8)
