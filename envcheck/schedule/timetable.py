@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -69,12 +69,27 @@ class Timetable:
 
     def put(self, key: Key, trigger: IntervalTrigger, first: float) -> None:
         """Add ``key``, or replace its entry: due at ``first``, then as ``trigger`` says."""
+        self.put_many([(key, trigger, first)])
+
+    def put_many(self, entries: Sequence[tuple[Key, IntervalTrigger, float]]) -> None:
+        """:meth:`put` each, under one lock; a whole fleet's in one heapify."""
+        if not entries:
+            return
         with self._cond:
-            seq = next(self._seq)
-            self._entries[key] = _Entry(trigger, first, seq)
-            heapq.heappush(self._heap, (first, seq, key))
+            earliest = self._heap[0][0] if self._heap else float("inf")
+            items = []
+            for key, trigger, first in entries:
+                seq = next(self._seq)
+                self._entries[key] = _Entry(trigger, first, seq)
+                items.append((first, seq, key))
+            if len(items) > len(self._heap):
+                self._heap.extend(items)
+                heapq.heapify(self._heap)
+            else:
+                for item in items:
+                    heapq.heappush(self._heap, item)
             self._compact()
-            if self._heap[0][1] == seq:  # earlier than what the thread sleeps for
+            if min(first for first, _, _ in items) < earliest:  # sooner than it sleeps for
                 self._cond.notify()
 
     def remove(self, key: Key) -> bool:
