@@ -326,7 +326,7 @@ class ProbeScheduler:
                 self._envs = envs
             if self._stopping.is_set():
                 return
-            removed = added = 0
+            removed = 0
             for env_id in old.keys() - envs.keys():
                 for kind in old[env_id].declared_kinds():
                     removed += self._unschedule(env_id, kind)
