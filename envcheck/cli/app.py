@@ -501,6 +501,7 @@ def daemon(
         help="sandbox-seconds per hour for one suite (repeatable)")] = None,
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
+    import gc
     import os
 
     from envcheck.core.logs import configure
@@ -511,6 +512,10 @@ def daemon(
     from envcheck.notify.config import WebhookConfigError, load_webhooks
     from envcheck.store.database import data_dir
 
+    # The modules imported by now live as long as the daemon: out of the collector's sight,
+    # the collections the catalogue's load triggers need not walk them (the daemon freezes
+    # what its start builds likewise).
+    gc.freeze()
     configure(log_level)
     # Every setting is checked here, before the engine, the store, the scheduler or the HTTP
     # port is touched: bad input exits 2 with one line each, and nothing has started.

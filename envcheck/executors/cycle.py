@@ -16,7 +16,6 @@ from envcheck.core.errors import InfraError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds import ProbeContext, Verdict, load_probe
 from envcheck.kinds.base import Services
-from envcheck.kinds.testvalidity.harbor import prepare_image
 from envcheck.sandbox.base import SandboxRuntime
 
 __all__ = ["ResultSink", "Services", "check_environment", "new_run_id", "run_cycle", "unchecked"]
@@ -56,6 +55,10 @@ def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: San
     with ExitStack() as stack:
         ctx = ProbeContext(env, run_id, runtime, None, stack, services)
         try:
+            # Here, not at the top: the Harbor runner's modules are not on a daemon's way to
+            # ready (nor on the CLI's), only on a check's.
+            from envcheck.kinds.testvalidity.harbor import prepare_image
+
             # An image built from the environment's own context is built first (a cache hit
             # when unchanged): its digest exists only then.
             prepare_image(ctx)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -80,7 +80,7 @@ class LiveSchedule(Protocol):
     def stats(self) -> _Counters: ...
     @property
     def writes(self) -> _Held: ...
-    def jobs(self) -> Sized: ...
+    def job_count(self) -> int: ...
 
 
 class StoreMetrics(Collector):
@@ -228,7 +228,7 @@ class StoreMetrics(Collector):
                 lag.add_metric([stat], percentile(lags, q))
             lag.add_metric(["max"], max(lags))
         jobs = GaugeMetricFamily("envcheck_scheduled_jobs", "Scheduled (environment, kind) jobs")
-        jobs.add_metric([], len(self._scheduler.jobs()))
+        jobs.add_metric([], self._scheduler.job_count())
         writes = self._scheduler.writes
         held = GaugeMetricFamily("envcheck_store_held_results",
                                  "Results the store refused, held to be written when it "

@@ -1,13 +1,13 @@
-"""Scheduled probing: APScheduler decides *when*, a bounded pool of workers decides *how many*.
+"""Scheduled probing: a timetable decides *when*, a bounded pool of workers *how many*.
 
-Each (environment, probe kind) is an interval job with jitter that only puts work on a
+Each (environment, probe kind) is an interval job with jitter (an entry of
+:mod:`.timetable`, timed by APScheduler's interval triggers) that only puts work on a
 priority queue (stale first, then suspect, then the rest, quarantined last); ``concurrency``
 worker threads take work from it, so a 2-core host never runs more sandboxes than that, and
 no more than ``per_image`` of one image at once; a busy image never idles a worker, and an
-(environment, kind) already queued or running is not queued again (:mod:`.workqueue`;
-APScheduler's ``max_instances=1`` only covers the enqueue). Quarantined environments are
-probed ``quarantined_factor`` times less often; their jobs are rescheduled when the
-quarantine changes (by a window's assessment or by hand).
+(environment, kind) already queued or running is not queued again (:mod:`.workqueue`).
+Quarantined environments are probed ``quarantined_factor`` times less often; their jobs are
+rescheduled when the quarantine changes (by a window's assessment or by hand).
 
 Results are grouped into windows (``window_s``): each window with results is a check run, and
 when it closes it is judged and assessed exactly like an ``envcheck check`` cycle
@@ -27,25 +27,24 @@ again, re-ranked, every few seconds and whenever a probe ends. Each window that 
 work deferred says so in the log (how many, per suite); the metrics show spend, budget and
 backlog.
 
-Idle cost: APScheduler sleeps until the next job is due (the enqueue runs inline in its
-thread, no pool), workers sleep on a condition, and an empty window costs one query.
+Idle cost: the timetable's thread sleeps until the next job is due (the enqueue runs inline
+in it, no pool), APScheduler's until the next window, workers sleep on a condition, and an
+empty window costs one query.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from apscheduler.executors.base import BaseExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
@@ -59,6 +58,7 @@ from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
 from envcheck.schedule.budget import Budget, BudgetLimits, BudgetLine, worth
+from envcheck.schedule.timetable import Job, Timetable
 from envcheck.schedule.workqueue import Key, Work, WorkQueue
 from envcheck.store import Store
 from envcheck.store.core_tables import RESULTS, RUNS, STATES
@@ -177,24 +177,6 @@ def _trigger(interval: float, jitter: float) -> IntervalTrigger:
     return IntervalTrigger(seconds=interval, jitter=jitter or None, timezone=UTC)
 
 
-class _EnqueueExecutor(BaseExecutor):  # type: ignore[misc]
-    """Runs a due job in APScheduler's own thread and tells it when it was due.
-
-    A job only enqueues (never blocks), so it needs no thread pool; and the due time lets
-    the lag be measured from when the probe was due, not from when a thread got to it.
-    """
-
-    def submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        try:
-            job.func(*job.args, due=run_times[-1].timestamp())
-        except Exception:
-            log.exception("enqueueing a due probe failed", extra={"job": job.id})
-
-    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        # APScheduler's abstract hook for executors (its name is private, its role is not)
-        self.submit_job(job, run_times)
-
-
 class ProbeScheduler:
     def __init__(self, catalogue: Catalogue, executor: Executor, store: Store, *,
                  concurrency: int = 2, per_image: int | None = None, window_s: float = 60.0,
@@ -218,7 +200,8 @@ class ProbeScheduler:
         self._on_cycle = on_cycle
         self._assessment = assessment
         # _lock guards the queue, the stats, the states and the window; never call the store
-        # or APScheduler while holding it (APScheduler calls _due holding its own lock).
+        # or the timetable while holding it (the timetable calls _due, though not holding
+        # its own lock).
         self._lock = threading.Lock()
         self._work_ready = threading.Condition(self._lock)
         self._records_done = threading.Condition(self._lock)
@@ -241,10 +224,12 @@ class ProbeScheduler:
         self._released_at = float("-inf")  # monotonic
         self.stats = SchedulerStats()
         self._note_budget(time.time())
+        # the probes' jobs: one entry each, handed over once when due however late
+        self._timetable = Timetable(lambda key, due: self._due(key[0], key[1], due))
+        # the windows and the catch-up, on one thread of their own
         self._aps = BackgroundScheduler(
-            timezone=UTC,
-            executors={"default": _EnqueueExecutor(), "window": ThreadPoolExecutor(1)},
-            # A late enqueue still runs (once): skipping it would skip a whole interval.
+            timezone=UTC, executors={"window": ThreadPoolExecutor(1)},
+            # A late window still closes (once): skipping it would skip a whole interval.
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -262,17 +247,16 @@ class ProbeScheduler:
         self._store.sync_environments(self._catalogue.environments)
         self._fleet(self._catalogue)
         self._refresh_states()
+        kinds, statuses = {k.value: k for k in ProbeKind}, {s.value: s for s in Status}
         for env_id, kind, status, started_at in _latest_outcomes(self._store):
-            key = (env_id, ProbeKind(kind))
-            self._last[key] = Status(status)
+            key = (env_id, kinds[kind])  # not ProbeKind(kind): 17,500 enum calls take 0.1 s
+            self._last[key] = statuses[status]
             self._last_at[key] = _epoch(started_at)
         with self._lock:
             self._window = Window()
         with self._jobs_lock:
-            now = time.time()
-            for env in self._catalogue.environments:
-                for kind in env.declared_kinds():
-                    self._schedule(env, kind, now)
+            self._schedule(((env, kind) for env in self._catalogue.environments
+                            for kind in env.declared_kinds()), time.time())
             self._aps.add_job(self.close_window, IntervalTrigger(seconds=self._window_s),
                               id=WINDOW_JOB, executor="window", replace_existing=True)
             # before the first window closes, on the same thread, without delaying the start
@@ -282,8 +266,9 @@ class ProbeScheduler:
                                       daemon=True)
             worker.start()
             self._workers.append(worker)
+        self._timetable.start()
         self._aps.start()
-        log.info("scheduler started", extra={"jobs": len(self.jobs()),
+        log.info("scheduler started", extra={"jobs": len(self._timetable),
                                              "environments": len(self._envs),
                                              "concurrency": self._concurrency,
                                              "per_image": self._per_image})
@@ -298,6 +283,7 @@ class ProbeScheduler:
             dropped = self._queue.clear()
             self.stats.queued = 0
             self._work_ready.notify_all()
+        self._timetable.stop()
         if self._aps.running:
             self._aps.shutdown(wait=True)  # waits for a window being closed right now
         for worker in self._workers:
@@ -340,11 +326,12 @@ class ProbeScheduler:
                 self._envs = envs
             if self._stopping.is_set():
                 return
-            removed = added = 0
+            removed = 0
             for env_id in old.keys() - envs.keys():
                 for kind in old[env_id].declared_kinds():
                     removed += self._unschedule(env_id, kind)
             now = time.time()
+            renew: list[tuple[Environment, ProbeKind]] = []
             for env in changed:  # added, or defined anew
                 kinds = env.declared_kinds()
                 before = old.get(env.id)
@@ -355,11 +342,12 @@ class ProbeScheduler:
                     if kind not in kinds:
                         removed += self._unschedule(env.id, kind)
                 for kind in kinds:
-                    job = self._aps.get_job(f"{env.id}:{kind}")
+                    job = self._timetable.get((env.id, kind))
                     if job is not None and self._same_trigger(job, env, kind):
                         continue  # the same schedule keeps its timing
                     removed += self._unschedule(env.id, kind)
-                    added += self._schedule(env, kind, now)
+                    renew.append((env, kind))
+            added = self._schedule(renew, now)
         log.info("jobs reloaded", extra={"environments": len(catalogue.environments),
                                               "changed": len(changed),
                                               "jobs_added": added, "jobs_removed": removed})
@@ -408,41 +396,38 @@ class ProbeScheduler:
     def _interval(self, env: Environment, kind: ProbeKind) -> float | None:
         return env.schedules.interval(kind, env.id in self._quarantined)
 
-    def _same_trigger(self, job: Any, env: Environment, kind: ProbeKind) -> bool:
+    def _same_trigger(self, job: Job, env: Environment, kind: ProbeKind) -> bool:
         trigger = job.trigger
         return bool(trigger.interval_length == self._interval(env, kind)
                     and (trigger.jitter or 0.0) == env.schedules.jitter_s)
 
-    def _schedule(self, env: Environment, kind: ProbeKind, now: float) -> int:
-        """(Re)create the job of (env, kind), due one interval after its last result."""
-        interval = self._interval(env, kind)
-        job_id = f"{env.id}:{kind}"
-        if interval is None:
-            if self._aps.get_job(job_id) is not None:
-                self._aps.remove_job(job_id)
-            self._intervals.pop((env.id, kind), None)
-            return 0
-        jitter = env.schedules.jitter_s
-        last = self._last_at.get((env.id, kind))
-        if last is None or last + interval <= now:
-            first = now + random.uniform(0, min(interval, RESTART_SPREAD_S))
-        else:
-            # the same jitter as every later run, so a fleet seeded at once does not fire at once
-            first = last + interval + random.uniform(0, jitter)
-        self._aps.add_job(self._due, _trigger(interval, jitter), args=(env.id, kind),
-                          id=job_id, replace_existing=True,
-                          next_run_time=datetime.fromtimestamp(first, UTC))
-        self._intervals[(env.id, kind)] = interval
-        return 1
+    def _schedule(self, pairs: Iterable[tuple[Environment, ProbeKind]], now: float) -> int:
+        """(Re)create the job of each (env, kind), due one interval after its last result;
+        how many there are now. One hand-over to the timetable: a start schedules them all."""
+        entries = []
+        for env, kind in pairs:
+            key = (env.id, kind)
+            interval = self._interval(env, kind)
+            if interval is None:
+                self._timetable.remove(key)
+                self._intervals.pop(key, None)
+                continue
+            jitter = env.schedules.jitter_s
+            last = self._last_at.get(key)
+            if last is None or last + interval <= now:
+                first = now + random.uniform(0, min(interval, RESTART_SPREAD_S))
+            else:
+                # the same jitter as every later run: a fleet seeded at once does not fire at once
+                first = last + interval + random.uniform(0, jitter)
+            entries.append((key, _trigger(interval, jitter), first))
+            self._intervals[key] = interval
+        self._timetable.put_many(entries)
+        return len(entries)
 
     def _unschedule(self, env_id: str, kind: ProbeKind) -> int:
         """Remove the job of (env, kind), if there is one; 1 if there was."""
         self._intervals.pop((env_id, kind), None)
-        job = self._aps.get_job(f"{env_id}:{kind}")
-        if job is None:
-            return 0
-        job.remove()
-        return 1
+        return int(self._timetable.remove((env_id, kind)))
 
     def _priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
         """What the next probe of (env, kind) is worth (:func:`.budget.worth`)."""
@@ -713,14 +698,10 @@ class ProbeScheduler:
         """Quarantine changes the probing rate: a new job from the last result on."""
         if not env_ids:
             return
-        now = time.time()
+        envs = [self._envs[e] for e in sorted(env_ids) if e in self._envs]
         with self._jobs_lock:
-            for env_id in sorted(env_ids):
-                env = self._envs.get(env_id)
-                if env is None:
-                    continue
-                for kind in env.declared_kinds():
-                    self._schedule(env, kind, now)
+            self._schedule(((env, kind) for env in envs for kind in env.declared_kinds()),
+                           time.time())
         log.info("probing rate changed", extra={"environments": sorted(env_ids)})
 
     def intervals(self) -> dict[Key, float]:
@@ -728,11 +709,11 @@ class ProbeScheduler:
         what the daemon schedules (cheap: no catalogue walk, no job store scan)."""
         return dict(self._intervals)
 
-    def jobs(self) -> list[Any]:
+    def jobs(self) -> list[Job]:
         """The (environment, kind) jobs."""
-        return [job for job in self._aps.get_jobs() if job.id not in (WINDOW_JOB, CATCH_UP_JOB)]
+        return self._timetable.jobs()
 
+    def job_count(self) -> int:
+        """How many (environment, kind) jobs are scheduled (cheap: no job is built)."""
+        return len(self._timetable)
 
-# APScheduler checks a job's callable against its arguments at every add_job through
-# inspect.signature (most of the cost of scheduling 10,000 jobs at start): computed once here.
-ProbeScheduler._due.__signature__ = inspect.signature(ProbeScheduler._due)  # type: ignore[attr-defined]
