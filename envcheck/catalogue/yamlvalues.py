@@ -106,11 +106,16 @@ class _Reader:
         self.anchors: dict[str, tuple[Any, int, int]] = {}  # closed: value, size, height
         self.named: set[str] = set()  # every anchor seen, open ones included
         self.plain: dict[str, Any] = {}  # a plain scalar's text -> its value (resolved once)
+        # Keys and quoted strings, each text held once: the parser makes a new string per
+        # event, and a fleet repeats the same keys in every environment (at 100,000
+        # environments, ~60 MB of the tree's ~190 MB).
+        self.strings: dict[str, str] = {}
 
     def document(self) -> Any:
         # One flat loop over the events (no recursion, no call per value): it runs once per
         # node of a catalogue, hundreds of thousands of times.
         get, plain, lines = self.loader.get_event, self.plain, self.lines
+        strings = self.strings
         max_nodes, max_depth = self.max_nodes, self.max_depth
         stack: list[_Open] = []
         top: _Open | None = None
@@ -129,7 +134,7 @@ class _Reader:
                 if lines is not None:
                     self._line(top, event)
                 if not event.implicit[0]:  # quoted: a string
-                    value = event.value
+                    value = strings.setdefault(event.value, event.value)
                 elif event.value in plain:
                     value = plain[event.value]
                 else:
@@ -203,7 +208,7 @@ class _Reader:
         """The key as written (``on`` stays ``"on"``); a plain ``<<`` merges."""
         if event.anchor is not None:
             raise _GiveUp
-        key = event.value
+        key = self.strings.setdefault(event.value, event.value)
         if event.implicit[0] and key == "<<":
             if self.lines is not None:
                 raise _GiveUp
