@@ -246,7 +246,7 @@ def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Sto
     def _reload() -> None:
         started = time.monotonic()
         try:
-            catalogue = load_catalogue(paths)
+            catalogue = load_catalogue(paths, previous=scheduler.catalogue)
         except CatalogueError as exc:
             log.error("catalogue refused, the old one keeps running",
                       extra={"issues": [str(i) for i in exc.issues]})

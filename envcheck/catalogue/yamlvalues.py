@@ -120,6 +120,7 @@ class _Reader:
         stack: list[_Open] = []
         top: _Open | None = None
         root: Any = None
+        value: Any
         count = documents = 0
         while True:
             event = get()
@@ -160,7 +161,7 @@ class _Reader:
                 top = stack[-1] if stack else None
                 value, height = done.value, done.height
                 if done.merges:
-                    _merge(value, done.merges)  # type: ignore[arg-type]
+                    _merge(value, done.merges)
                 if done.anchor is not None:
                     self.anchors[done.anchor] = (value, count - done.start, height)
             elif kind is AliasEvent:
