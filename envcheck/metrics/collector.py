@@ -97,7 +97,7 @@ class StoreMetrics(Collector):
         self._staleness = Staleness()
         self._tricks = FamilyText("envcheck_reward_hackable_tricks", "gauge",
                                   "1 for each trick that earned the reward in the newest "
-                                  "tests result of an environment")
+                                  "tests result of an environment", _trick_lines)
         self._tricks_at = -1  # the probes' detail version the tricks were rendered at
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -192,9 +192,7 @@ class StoreMetrics(Collector):
             hackable = self._probes.hackable()
             self._tricks.drop([e for e in self._tricks.held() if e not in hackable])
             for env_id, tricks in hackable.items():
-                self._tricks.set(env_id, "".join(
-                    sample_line("envcheck_reward_hackable_tricks",
-                                {"env": env_id, "trick": trick}, 1.0) for trick in tricks))
+                self._tricks.set(env_id, tuple(tricks))
             self._tricks_at = self._probes.detail_version
         return self._tricks.parts()
 
@@ -239,6 +237,11 @@ class StoreMetrics(Collector):
                                    "their data")
         lost.add_metric([], writes.dropped)
         return (depth, running, lag, jobs, held, lost, *_budget_families(stats))
+
+
+def _trick_lines(env_id: str, tricks: tuple[str, ...]) -> str:
+    return "".join(sample_line("envcheck_reward_hackable_tricks",
+                               {"env": env_id, "trick": trick}, 1.0) for trick in tricks)
 
 
 def _budget_families(stats: _Counters) -> Iterable[Metric]:
