@@ -34,6 +34,7 @@ from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import CatalogueError, InfraError
+from envcheck.core.memory import give_back
 from envcheck.executors.base import Executor, ExecutorConfig
 from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
@@ -160,6 +161,7 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
         notifier.start()
     scheduler.start()
     _settle()
+    give_back()  # what the start's reads and syncs freed
     if isinstance(executor, LocalExecutor):
         _every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
                "looking for leftover containers failed")
@@ -261,6 +263,8 @@ def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Sto
         except Exception:  # a thread must not die unheard
             log.exception("catalogue reload failed")
             return
+        finally:
+            give_back()  # the load's transient (the file's text and values) is free now
         _settle()
         log.info("catalogue reloaded", extra={"seconds": round(time.monotonic() - started, 3)})
 

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from envcheck.core.memory import give_back
 from envcheck.core.numbers import percentile
 from envcheck.metrics.fleet import FleetSeries
 from envcheck.metrics.probes import ProbeSeries
@@ -109,8 +110,12 @@ class StoreMetrics(Collector):
     def render(self) -> bytes:
         """One scrape: the exposition in the text format."""
         with self._lock:
+            read = self._fleet.suites_version
             head = generate_latest(self.registry)  # collect() below refreshes
-            return b"".join([head, *self._fleet.environment_parts(), *self._trick_parts()])
+            text = b"".join([head, *self._fleet.environment_parts(), *self._trick_parts()])
+            if self._fleet.suites_version != read:  # everything was read again: at the
+                give_back()  # first scrape, after a catalogue sync
+            return text
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
