@@ -85,13 +85,27 @@ def read_values(text: str, max_nodes: int, max_depth: int, *,
     """
     if _LEAVE_TO_PYYAML.search(text):
         return None
-    loader = parser(text)
+    loader = parser(_Pieces(text))
     try:
         return (_Reader(loader, max_nodes, max_depth, lines, aliases).document(),)
     except (_GiveUp, yaml.YAMLError):
         return None
     finally:
         loader.dispose()
+
+
+class _Pieces:
+    """``text`` handed to the parser a piece at a time: given the whole string, libyaml's
+    binding copies all of it to UTF-8 first, a second copy of the file (38 MB for a fleet's)
+    alive for the whole read."""
+
+    def __init__(self, text: str) -> None:
+        self._text, self._at = text, 0
+
+    def read(self, size: int = -1, /) -> str:
+        piece = self._text[self._at:self._at + size] if size >= 0 else self._text[self._at:]
+        self._at += len(piece)
+        return piece
 
 
 class _Reader:
