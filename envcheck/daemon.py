@@ -20,14 +20,14 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from envcheck.api.app import DEFAULT_PORT
@@ -92,8 +92,14 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
     app = create_app(store, token)
 
     @app.get("/metrics", include_in_schema=False)
-    def scrape() -> PlainTextResponse:
-        return PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    def scrape() -> StreamingResponse:
+        parts = metrics.render_parts()
+
+        async def pieces() -> AsyncIterator[bytes]:  # no thread hop per piece
+            for part in parts:
+                yield part
+
+        return StreamingResponse(pieces(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -247,6 +253,7 @@ def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Sto
 
     def _reload() -> None:
         started = time.monotonic()
+        give_back()  # what the scrapes since the last one freed: the load's room
         try:
             catalogue = load_catalogue(paths, previous=scheduler.catalogue)
         except CatalogueError as exc:

@@ -109,13 +109,19 @@ class StoreMetrics(Collector):
 
     def render(self) -> bytes:
         """One scrape: the exposition in the text format."""
+        return b"".join(self.render_parts())
+
+    def render_parts(self) -> list[bytes]:
+        """One scrape in pieces, to be sent one after the other: the per-environment
+        families' chunks as they are held, not copied into one text (17 MB at 100,000
+        environments, per scrape)."""
         with self._lock:
             read = self._fleet.suites_version
             head = generate_latest(self.registry)  # collect() below refreshes
-            text = b"".join([head, *self._fleet.environment_parts(), *self._trick_parts()])
+            parts = [head, *self._fleet.environment_parts(), *self._trick_parts()]
             if self._fleet.suites_version != read:  # everything was read again: at the
                 give_back()  # first scrape, after a catalogue sync
-            return text
+            return parts
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
