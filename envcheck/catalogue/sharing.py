@@ -11,6 +11,7 @@ place, so holding an equal value once changes nothing a reader sees.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from sys import intern
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -43,6 +44,9 @@ class Sharing:
         if before is not None and before == env:
             return before
         self.fields(env)
+        # the one copy of its id: what reads ids back from the store interns them too (the
+        # metrics key 100,000 environments' series by id)
+        env.__dict__["id"] = intern(env.id)
         return env
 
     def fields(self, model: BaseModel) -> None:
