@@ -20,20 +20,21 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import CatalogueError, InfraError
+from envcheck.core.memory import give_back
 from envcheck.executors.base import Executor, ExecutorConfig
 from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
@@ -91,8 +92,14 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
     app = create_app(store, token)
 
     @app.get("/metrics", include_in_schema=False)
-    def scrape() -> PlainTextResponse:
-        return PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    def scrape() -> StreamingResponse:
+        parts = metrics.render_parts()
+
+        async def pieces() -> AsyncIterator[bytes]:  # no thread hop per piece
+            for part in parts:
+                yield part
+
+        return StreamingResponse(pieces(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -160,6 +167,7 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
         notifier.start()
     scheduler.start()
     _settle()
+    give_back()  # what the start's reads and syncs freed
     if isinstance(executor, LocalExecutor):
         _every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
                "looking for leftover containers failed")
@@ -245,8 +253,9 @@ def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Sto
 
     def _reload() -> None:
         started = time.monotonic()
+        give_back()  # what the scrapes since the last one freed: the load's room
         try:
-            catalogue = load_catalogue(paths)
+            catalogue = load_catalogue(paths, previous=scheduler.catalogue)
         except CatalogueError as exc:
             log.error("catalogue refused, the old one keeps running",
                       extra={"issues": [str(i) for i in exc.issues]})
@@ -261,6 +270,8 @@ def _install_reload(paths: Sequence[Path], scheduler: ProbeScheduler, store: Sto
         except Exception:  # a thread must not die unheard
             log.exception("catalogue reload failed")
             return
+        finally:
+            give_back()  # the load's transient (the file's text and values) is free now
         _settle()
         log.info("catalogue reloaded", extra={"seconds": round(time.monotonic() - started, 3)})
 

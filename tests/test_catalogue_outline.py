@@ -140,3 +140,24 @@ def test_sharing_tells_apart_what_python_calls_equal() -> None:
     assert all(h is v for h, v in zip(again, values, strict=False))
     assert [sharing.value(EnvironmentEntry(id="a", image="x")).limits for _ in range(2)] == [
         EnvironmentEntry(id="a", image="x").limits] * 2
+
+
+def test_a_reload_keeps_the_environments_that_did_not_change(tmp_path: Path) -> None:
+    text = """\
+        version: 1
+        suites:
+          s:
+            defaults: {{labels: {{team: a}}}}
+            environments:
+              - {{id: a, image: x, tools: [git]}}
+              - {{id: b, image: {b_image}, tools: [git]}}
+              {more}
+        """
+    path = write(tmp_path, text.format(b_image="x", more=""))
+    before = load_catalogue([path])
+    write(tmp_path, text.format(b_image="y", more="- {id: c, image: x, tools: [git]}"))
+    after = load_catalogue([path], previous=before)
+    assert after == load_catalogue([path])  # the same catalogue as a load of its own
+    (a0, b0), (a1, b1, c1) = before.environments, after.environments
+    assert a1 is a0  # unchanged: the object already held
+    assert b1 is not b0 and b1.image == "y" and c1.id == "c"

@@ -159,8 +159,7 @@ def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
                           f"{describe_error(e, CatalogueFile)}")
                 for e in exc.errors())
         else:
-            sharing.fields(env)
-            environments.append(env)
+            environments.append(sharing.environment(env))
     _issues(doc, in_file_order(errors, invalid, doc.data))
     if parsed is None or doc.issues:
         return None, []
@@ -168,16 +167,18 @@ def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
     return parsed, environments if unique else []
 
 
-def load_catalogue(paths: Sequence[str | Path]) -> Catalogue:
+def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = None) -> Catalogue:
     """Load and validate catalogue files (or directories of them) into one frozen catalogue.
 
     Raises :class:`CatalogueError` with every problem found in every file, each with its file,
     line and key path: paths that do not exist first, then file by file, by line.
+    ``previous``: the catalogue this one replaces (a daemon's reload): environments equal
+    there are the same objects, the copies freed as they are made.
     """
     limits = _limits()
     files, missing = _catalogue_files(paths)
     checks = CrossFileChecks()
-    sharing = Sharing()
+    sharing = Sharing(previous.environments if previous is not None else ())
     per_file: list[list[CatalogueIssue]] = [missing]
     suites: list[Suite] = []
     environments: list[Environment] = []
@@ -254,8 +255,7 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                 found.issue(file, line, key, f"duplicate environment id {env.id!r} "
                                              f"(first in {first})")
             else:
-                sharing.fields(env)
-                environments.append(env)
+                environments.append(sharing.environment(env))
         if found.dropped:
             doc.issues.append(doc.issue(where, f"{found.dropped} more problem(s) in its records "
                                         f"(the first {ISSUES_PER_DATASET} are listed)"))

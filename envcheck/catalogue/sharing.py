@@ -11,9 +11,13 @@ place, so holding an equal value once changes nothing a reader sees.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Any
+from sys import intern
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from envcheck.catalogue.models import Environment
 
 __all__ = ["Sharing"]
 
@@ -21,12 +25,29 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class Sharing:
-    """The values seen so far in one load, each held once (dropped with the load)."""
+    """The values seen so far in one load, each held once (dropped with the load).
 
-    def __init__(self) -> None:
+    ``previous``: the environments of the catalogue this load replaces (a reload): an
+    environment equal to one of them is that one, and the copy just made is freed at once,
+    so a reload of an unchanged fleet never holds two fleets' environments."""
+
+    def __init__(self, previous: Iterable[Environment] = ()) -> None:
         self._held: dict[Hashable, Any] = {}
         self._known: set[int] = set()  # ids of the values held: alive, so never reused
         self._names: dict[frozenset[str], frozenset[str]] = {}  # models' sets of fields set
+        self._previous = {env.id: env for env in previous}
+
+    def environment(self, env: Environment) -> Environment:
+        """``env`` as the catalogue replaced holds it if equal there, else with its fields
+        held once."""
+        before = self._previous.pop(env.id, None)
+        if before is not None and before == env:
+            return before
+        self.fields(env)
+        # the one copy of its id: what reads ids back from the store interns them too (the
+        # metrics key 100,000 environments' series by id)
+        env.__dict__["id"] = intern(env.id)
+        return env
 
     def fields(self, model: BaseModel) -> None:
         """Hold each field of ``model`` as the equal value seen first."""

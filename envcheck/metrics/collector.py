@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from envcheck.core.memory import give_back
 from envcheck.core.numbers import percentile
 from envcheck.metrics.fleet import FleetSeries
 from envcheck.metrics.probes import ProbeSeries
@@ -97,7 +98,7 @@ class StoreMetrics(Collector):
         self._staleness = Staleness()
         self._tricks = FamilyText("envcheck_reward_hackable_tricks", "gauge",
                                   "1 for each trick that earned the reward in the newest "
-                                  "tests result of an environment")
+                                  "tests result of an environment", _trick_lines)
         self._tricks_at = -1  # the probes' detail version the tricks were rendered at
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -108,9 +109,19 @@ class StoreMetrics(Collector):
 
     def render(self) -> bytes:
         """One scrape: the exposition in the text format."""
+        return b"".join(self.render_parts())
+
+    def render_parts(self) -> list[bytes]:
+        """One scrape in pieces, to be sent one after the other: the per-environment
+        families' chunks as they are held, not copied into one text (17 MB at 100,000
+        environments, per scrape)."""
         with self._lock:
+            read = self._fleet.suites_version
             head = generate_latest(self.registry)  # collect() below refreshes
-            return b"".join([head, *self._fleet.environment_parts(), *self._trick_parts()])
+            parts = [head, *self._fleet.environment_parts(), *self._trick_parts()]
+            if self._fleet.suites_version != read:  # everything was read again: at the
+                give_back()  # first scrape, after a catalogue sync
+            return parts
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -192,9 +203,7 @@ class StoreMetrics(Collector):
             hackable = self._probes.hackable()
             self._tricks.drop([e for e in self._tricks.held() if e not in hackable])
             for env_id, tricks in hackable.items():
-                self._tricks.set(env_id, "".join(
-                    sample_line("envcheck_reward_hackable_tricks",
-                                {"env": env_id, "trick": trick}, 1.0) for trick in tricks))
+                self._tricks.set(env_id, tuple(tricks))
             self._tricks_at = self._probes.detail_version
         return self._tricks.parts()
 
@@ -239,6 +248,11 @@ class StoreMetrics(Collector):
                                    "their data")
         lost.add_metric([], writes.dropped)
         return (depth, running, lag, jobs, held, lost, *_budget_families(stats))
+
+
+def _trick_lines(env_id: str, tricks: tuple[str, ...]) -> str:
+    return "".join(sample_line("envcheck_reward_hackable_tricks",
+                               {"env": env_id, "trick": trick}, 1.0) for trick in tricks)
 
 
 def _budget_families(stats: _Counters) -> Iterable[Metric]:

@@ -71,6 +71,17 @@ def _add(counter: Counter[tuple[str, str]], key: tuple[str, str], n: int) -> Non
         del counter[key]
 
 
+def _state_line(env_id: str, shown: _Shown) -> str:
+    return sample_line("envcheck_environment_state",
+                       {"env": env_id, "suite": shown.suite, "state": shown.state}, 1.0)
+
+
+def _quarantine_line(env_id: str, shown: _Shown) -> str:
+    return sample_line("envcheck_environment_quarantined",
+                       {"env": env_id, "suite": shown.suite, "source": shown.source},
+                       1.0 if shown.quarantined else 0.0)
+
+
 class FleetSeries:
     """Per environment (optional) and per suite: state and quarantine."""
 
@@ -94,10 +105,11 @@ class FleetSeries:
         self._open: Counter[tuple[str, str]] = Counter()
         self._q: Counter[tuple[str, str]] = Counter()
         self._members: Counter[str] = Counter()
+        self._held: dict[_Shown, _Shown] = {}  # each distinct value once: there are few
         self._state_text = FamilyText("envcheck_environment_state", "gauge",
-                                      "1 for the environment's current state")
+                                      "1 for the environment's current state", _state_line)
         self._q_text = FamilyText("envcheck_environment_quarantined", "gauge",
-                                  "1 while the environment is quarantined")
+                                  "1 while the environment is quarantined", _quarantine_line)
 
     # --- refresh ---------------------------------------------------------------------------
 
@@ -166,14 +178,11 @@ class FleetSeries:
             self._state_text.drop([env_id])
             self._q_text.drop([env_id])
         else:
+            new = self._held.setdefault(new, new)
             self._shown[env_id] = new
             if self.per_environment:
-                labels = {"env": env_id, "suite": new.suite}
-                self._state_text.set(env_id, sample_line(
-                    "envcheck_environment_state", {**labels, "state": new.state}, 1.0))
-                self._q_text.set(env_id, sample_line(
-                    "envcheck_environment_quarantined", {**labels, "source": new.source},
-                    1.0 if new.quarantined else 0.0))
+                self._state_text.set(env_id, new)
+                self._q_text.set(env_id, new)
         if counted:
             self._count(env_id, 1)
         if (old is not None and old.quarantined) != (new is not None and new.quarantined):

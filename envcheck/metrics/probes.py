@@ -93,9 +93,10 @@ class ProbeSeries:
         """The newest results as stored: once, at the first scrape."""
         touched, newest = store.touched(), store.newest_results(DETAILED)
         for t in touched:
-            self.last_seen[(t.env_id, t.kind)] = t.newest_at.timestamp()
+            key = (t.env_id, t.kind)  # one tuple for both: 175,000 of them at 100,000
+            self.last_seen[key] = t.newest_at.timestamp()
             if t.pass_at is not None:
-                self.last_pass[(t.env_id, t.kind)] = t.pass_at.timestamp()
+                self.last_pass[key] = t.pass_at.timestamp()
         for n in newest:
             self._offer(n.tick, n.details)
         self._loaded = True

@@ -25,6 +25,7 @@ __all__ = ["Staleness"]
 
 Group = tuple[str, str]  # (suite, kind)
 Key = tuple[str, str]  # (environment, kind)
+Schedule = tuple[tuple[str, float, float], ...]  # (kind, interval, interval while quarantined)
 
 
 class Staleness:
@@ -33,9 +34,9 @@ class Staleness:
     def __init__(self) -> None:
         self._catalogue: Catalogue | None = None
         self._catalogues = 0  # how many catalogues were read: part of the basis below
-        # environment -> [(kind, interval, interval while quarantined)], of what is scheduled
-        self._kinds: dict[str, list[tuple[str, float, float]]] = {}
-        self._keys: set[Key] = set()  # the same, as (environment, kind)
+        # environment -> its schedule, of what is scheduled; one tuple per distinct schedule,
+        # shared by the environments that have it (a fleet has few)
+        self._kinds: dict[str, Schedule] = {}
         self._basis: tuple[int, int, bool] | None = None  # what the groups were built on
         self._heaps: dict[Group, list[tuple[float, str, str]]] = {}
         self._entries = 0
@@ -47,16 +48,19 @@ class Staleness:
         """Read the schedule of ``catalogue`` if it is not the one read last."""
         if catalogue is self._catalogue:
             return
-        kinds: dict[str, list[tuple[str, float, float]]] = {}
+        kinds: dict[str, Schedule] = {}
+        shared: dict[Schedule, Schedule] = {}
         for env in catalogue.environments:
+            entries = []
             for kind in env.declared_kinds():
                 plain = env.schedules.interval(kind, False)
                 slowed = env.schedules.interval(kind, True)
                 if plain is not None and slowed is not None:
-                    kinds.setdefault(env.id, []).append((str(kind), plain, slowed))
+                    entries.append((str(kind), plain, slowed))
+            if entries:
+                schedule = tuple(entries)
+                kinds[env.id] = shared.setdefault(schedule, schedule)
         self._catalogue, self._kinds = catalogue, kinds
-        self._keys = {(env_id, kind) for env_id, entries in kinds.items()
-                      for kind, _, _ in entries}
         self._catalogues += 1
 
     def update(self, scheduled: bool, last_seen: dict[Key, float], last_pass: dict[Key, float],
@@ -79,7 +83,8 @@ class Staleness:
                 self._count_intervals(env_id, suite_of, 1)
 
     def _scheduled(self, key: Key, scheduled: bool) -> bool:
-        return not scheduled or key in self._keys
+        env_id, kind = key
+        return not scheduled or any(k == kind for k, _, _ in self._kinds.get(env_id, ()))
 
     def _rebuild(self, scheduled: bool, last_seen: dict[Key, float],
                  last_pass: dict[Key, float], suite_of: dict[str, str],

@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from itertools import islice
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read th
 __all__ = ["Store", "new_run", "open_store"]
 
 _IDS_BATCH = 500
+_ROWS_BATCH = 1_000  # environments upserted per statement
 
 
 def _to_row(run_id: str, result: ProbeResult) -> ProbeResultRow:
@@ -120,7 +122,7 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetV
         since (a reload): only their last_seen is refreshed, their rows are not rewritten.
         """
         now = datetime.now(UTC)
-        values = [
+        rows = (
             {
                 "id": e.id,
                 "suite": e.suite,
@@ -130,7 +132,7 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetV
                 "last_seen": now,
             }
             for e in envs
-        ]
+        )
         ids = list(seen)
         table: Any = EnvironmentRow.__table__  # type: ignore[attr-defined]
         stmt = self._upsert()(table)
@@ -141,7 +143,9 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetV
             set_={k: stmt.excluded[k] for k in ("suite", "image", "spec", "last_seen")},
         )
         with self._transaction() as conn:
-            if values:
+            # In batches (one transaction still): 100,000 environments' specs dumped at once
+            # are ~200 MB alive together, which the process keeps as its high water.
+            while values := list(islice(rows, _ROWS_BATCH)):
                 conn.execute(stmt, values)
             # Batches keep each statement under SQLite's limit of bound parameters.
             for start in range(0, len(ids), _IDS_BATCH):
