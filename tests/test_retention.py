@@ -28,6 +28,7 @@ from envcheck.store.copy import copy_store
 from envcheck.store.core_tables import RESULTS, ROLLUPS, RUNS
 from envcheck.store.database import alembic_config, normalise_url
 from envcheck.store.feed import OBSERVATION_WINDOW
+from envcheck.store.prune import FREE_RESERVE
 from envcheck.store.retention import Retention, day_start
 from envcheck.store.rollups import Histogram, duration_bucket, hourly_from
 from envcheck.store.store import new_run
@@ -401,11 +402,37 @@ def test_sqlite_file_shrinks_after_a_prune(history_db: Path, tmp_path: Path) -> 
     with open_store(f"sqlite:///{path}") as store:
         report = store.prune(Retention(), now=NOW)
     assert report.incremental_vacuum is True and report.pages_freed > 0
-    assert pragma(path, "freelist_count") == 0
-    assert pragma(path, "page_count") <= pages - report.pages_freed + 50  # rollups take some
+    # the reserve stays free for the next inserts: no more than its share of the pages in use
+    free, left = pragma(path, "freelist_count"), pragma(path, "page_count")
+    assert free == report.pages_kept_free <= FREE_RESERVE * (left - free) + 1
+    assert left <= pages - report.pages_freed + 50  # rollups take some
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert path.stat().st_size < history_db.stat().st_size * 0.75
+
+
+def test_sqlite_reuses_its_free_pages_and_gives_all_back_when_asked(
+        history_db: Path, tmp_path: Path) -> None:
+    """A prune that frees less than the reserve gives nothing back: the next inserts take
+    those pages and the file does not grow; ``give_back_all`` leaves no page free."""
+    path = tmp_path / "envcheck.db"
+    path.write_bytes(history_db.read_bytes())
+    url = f"sqlite:///{path}"
+    with open_store(url) as store:
+        store.prune(Retention(), now=NOW - timedelta(days=1), give_back_all=True)
+        report = store.prune(Retention(), now=NOW)  # one more day: its pages stay free
+        assert report.results_deleted > 0 and report.pages_freed == 0
+        assert report.pages_kept_free == pragma(path, "freelist_count") > 0
+        pages = pragma(path, "page_count")
+        with store.engine.begin() as conn:  # as many new results as went, in the free pages
+            rows = conn.execute(select(RESULTS).order_by(RESULTS.c.id.desc())
+                                .limit(report.results_deleted)).mappings().all()
+            conn.execute(insert(RESULTS), [{**r, "id": None} for r in rows])
+        assert pragma(path, "page_count") == pages
+        assert pragma(path, "freelist_count") < report.pages_kept_free
+        everything = store.prune(Retention(), now=NOW, give_back_all=True)
+    assert everything.pages_freed > 0 and pragma(path, "freelist_count") == 0
+    assert everything.pages_kept_free == 0
 
 
 def old_sqlite_store(path: Path) -> str:
@@ -557,10 +584,15 @@ def test_store_prune_dry_run_then_prune(history_db: Path, tmp_path: Path,
     assert done.returncode == 0, done.stderr
     assert "envcheck store prune (done)" in done.stdout
     assert "pages given back to the file system" in done.stdout
+    assert "free pages kept for the next inserts" in done.stdout
     with open_store(url) as store:
         # failures kept ten years, not 14 days: fewer went than the dry run's defaults said
         assert total - would["results_deleted"] < raw_count(store) < total
         assert raw_count(store) + folded_count(store) == total
+    assert pragma(path, "freelist_count") > 0  # the reserve
+    again = envcheck("store", "prune", "--give-back-all", "--database", url)
+    assert again.returncode == 0, again.stderr
+    assert pragma(path, "freelist_count") == 0
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -84,6 +84,9 @@ def prune(
     vacuum: Annotated[bool, typer.Option(
         "--vacuum", help="then VACUUM: once on a SQLite store made before envcheck gave "
         "pages back (rewrites the file); on PostgreSQL a plain VACUUM ANALYZE")] = False,
+    give_back_all: Annotated[bool, typer.Option(
+        "--give-back-all", help="SQLite: give every free page back to the file system, not "
+        "only those beyond the reserve the next inserts reuse")] = False,
     keep_passes: KeepPasses = KEEP.passes_days,
     keep_failures: KeepFailures = KEEP.others_days,
     keep_hourly: KeepHourly = KEEP.hourly_days,
@@ -99,7 +102,7 @@ def prune(
         err.print("[red]error[/red] --vacuum rewrites the store: not with --dry-run")
         raise typer.Exit(EXIT_USAGE)
     with open_store_or_exit(database) as store, exit_on_store_error():
-        report = store.prune(retention, dry_run=dry_run)
+        report = store.prune(retention, dry_run=dry_run, give_back_all=give_back_all)
         if vacuum:
             store.vacuum()
             report.incremental_vacuum = True if report.incremental_vacuum is not None else None
@@ -135,4 +138,6 @@ def _print(report: PruneReport) -> None:
         table.add_row(row[0], row[1], str(row[2]))
     if report.incremental_vacuum:
         table.add_row("(file)", "pages given back to the file system", str(report.pages_freed))
+        table.add_row("(file)", "free pages kept for the next inserts",
+                      str(report.pages_kept_free))
     out.print(table)

@@ -76,6 +76,7 @@ class PruneReport:
     daily_deleted: int = 0
     runs_deleted: int = 0  # check runs left without results or incidents
     pages_freed: int = 0  # SQLite: pages given back to the file system
+    pages_kept_free: int = 0  # SQLite: free pages kept for the next inserts (the reserve)
     incremental_vacuum: bool | None = None  # SQLite: does the file give pages back? (else None)
 
     @property
