@@ -126,6 +126,15 @@ def _engine_errors(image: str | None = None) -> Iterator[None]:
         raise EngineUnreachable(f"Docker engine unreachable: {exc}") from exc
 
 
+@contextmanager
+def _engine(preflight: Callable[[], None], image: str | None = None) -> Iterator[None]:
+    """An engine call made while the engine may be gone (mid-probe, mid-cycle): its socket
+    tried first, since the SDK leaks the socket of a refused connect; then the boundary."""
+    preflight()
+    with _engine_errors(image):
+        yield
+
+
 def _preflight(host: str, timeout_s: float) -> None:
     """Try a local engine socket ourselves: the SDK leaks the socket of a failed connect."""
     if not host.startswith("unix://"):
@@ -239,8 +248,7 @@ class DockerRuntime:
         return self._host
 
     def ping(self) -> None:
-        self._preflight()
-        with _engine_errors():
+        with _engine(self._preflight):
             self._client.ping()
         self.tidy()
 
@@ -277,8 +285,7 @@ class DockerRuntime:
 
     def _sweep(self, *, keep_live: bool) -> int:
         """Remove this runtime's containers (but those probes use now, if ``keep_live``)."""
-        self._preflight()
-        with _engine_errors():
+        with _engine(self._preflight):
             found = self._client.api.containers(
                 all=True, filters={"label": f"{LABEL_RUNTIME}={self._id}"})
         # Read the live set after listing: a key leaves it only once its sandbox has tried
@@ -296,8 +303,7 @@ class DockerRuntime:
         return removed
 
     def image_digest(self, image: str) -> str:
-        self._preflight()
-        with _engine_errors(image):
+        with _engine(self._preflight, image):
             return str(self._client.images.get(image).id)
 
     @contextmanager
@@ -307,13 +313,11 @@ class DockerRuntime:
             self._live.add(key)
         container = None
         try:
-            self._preflight()
-            with _engine_errors(spec.image):
+            with _engine(self._preflight, spec.image):
                 container = self._client.containers.create(**self._create_args(spec, key))
             self.tidy()  # the engine answers: the leftovers of an outage can go now
             started = time.monotonic()
-            self._preflight()
-            with _engine_errors(spec.image):
+            with _engine(self._preflight, spec.image):
                 container.start()
                 container.reload()
             duration = time.monotonic() - started
@@ -422,14 +426,6 @@ class DockerSandbox:
         self._flood_limit = flood_limit
         self._killed = False
 
-    @contextmanager
-    def _engine(self) -> Iterator[None]:
-        """An engine call, its socket tried first: the engine may have gone mid-probe, and
-        the SDK leaks the socket of a refused connect."""
-        self._preflight()
-        with _engine_errors():
-            yield
-
     @property
     def container_id(self) -> str:
         return str(self._container.id)
@@ -440,14 +436,14 @@ class DockerSandbox:
 
     def _ensure_running(self) -> None:
         if self._killed:
-            with self._engine():
+            with _engine(self._preflight):
                 self._api.start(self.container_id)
             self._killed = False
 
     def _kill(self) -> None:
         self._killed = True
         try:
-            with self._engine():
+            with _engine(self._preflight):
                 self._api.kill(self.container_id)
                 self._api.wait(self.container_id, timeout=30)
         except (EngineUnreachable, SandboxFailed, requests.RequestException) as exc:
@@ -471,7 +467,7 @@ class DockerSandbox:
     def _open(self, argv: Sequence[str], user: str | None, env: dict[str, str] | None,
               tty: bool) -> tuple[str, Any]:
         self._ensure_running()
-        with self._engine():
+        with _engine(self._preflight):
             exec_id = self._api.exec_create(self.container_id, list(argv), stdin=tty, tty=tty,
                                             user=user or "", environment=env)["Id"]
             sock = self._api.exec_start(exec_id, socket=True, tty=tty)
@@ -529,7 +525,7 @@ class DockerSandbox:
         The stream ends a moment before the engine records the exit code: poll for it."""
 
         def inspect() -> dict[str, Any]:
-            with self._engine():
+            with _engine(self._preflight):
                 return dict(self._api.exec_inspect(exec_id))
 
         polling = Retrying(retry=retry_if_result(lambda info: bool(info.get("Running"))),
@@ -565,7 +561,7 @@ class DockerSandbox:
         if directory == "/tmp" or directory.startswith("/tmp/"):
             raise ValueError(f"{directory}: /tmp is a tmpfs the engine cannot copy into")
         self._ensure_running()
-        with self._engine():
+        with _engine(self._preflight):
             self._api.put_archive(self.container_id, directory, archive)
 
 
