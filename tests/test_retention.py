@@ -194,6 +194,11 @@ def folded_count(store: Store) -> int:
 
 # --- the promise: nothing the health model, the feed or a reader sees changes -------------
 
+# Hour rollups kept longer than the history here (twenty days), for tests that compare the
+# fleet heatmap hour by hour over all of it (the default keeps a week of hours).
+HOURS_KEPT = Retention(hourly_days=30)
+
+
 def test_pruning_changes_no_state_allowlist_evidence_or_count(store: Store) -> None:
     before, metrics = seen(store), scrape(store)
     total = raw_count(store)
@@ -211,7 +216,12 @@ def test_pruning_changes_no_state_allowlist_evidence_or_count(store: Store) -> N
     assert after.allowed == before.allowed
     assert after.transitions == before.transitions
     assert after.evidence == before.evidence  # every cited result, in full
-    assert after.buckets == before.buckets  # the fleet heatmap, hour by hour
+    # the fleet heatmap: hour by hour for the week hour rollups are kept, day by day before
+    with store.engine.connect() as conn:
+        mark = hourly_from(conn)
+    assert mark == day_start(NOW - timedelta(days=7))
+    assert [b for b in after.buckets if b.bucket >= mark] == \
+        [b for b in before.buckets if b.bucket >= mark]
     assert after.day_buckets == before.day_buckets
     assert after.digests == before.digests
     assert scrape(store) == pytest.approx(metrics)  # a restarted daemon's counters
@@ -258,11 +268,11 @@ def test_a_prune_stopped_midway_and_run_again_counts_each_result_once(
 
     monkeypatch.setattr(prune_module, "add_rollups", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
-        store.prune(Retention(batch=500), now=NOW)
+        store.prune(Retention(hourly_days=HOURS_KEPT.hourly_days, batch=500), now=NOW)
     assert 0 < folded_count(store) < total
     assert raw_count(store) + folded_count(store) == total  # the third batch rolled back
     monkeypatch.setattr(prune_module, "add_rollups", real)
-    store.prune(Retention(batch=500), now=NOW)
+    store.prune(Retention(hourly_days=HOURS_KEPT.hourly_days, batch=500), now=NOW)
     assert raw_count(store) + folded_count(store) == total
     after = seen(store)
     assert (after.buckets, after.digests, after.states) == (
@@ -276,7 +286,7 @@ from datetime import datetime
 from envcheck.store import open_store
 from envcheck.store.retention import Retention
 with open_store(sys.argv[1]) as store:
-    store.prune(Retention(batch=300), now=datetime.fromisoformat(sys.argv[2]))
+    store.prune(Retention(hourly_days=30, batch=300), now=datetime.fromisoformat(sys.argv[2]))
 """
 
 
@@ -319,7 +329,7 @@ def test_readers_during_a_prune_see_the_same_counts(store: Store, store_url: str
         thread = threading.Thread(target=keep_reading)
         thread.start()
         try:
-            report = store.prune(Retention(batch=100), now=NOW)
+            report = store.prune(Retention(hourly_days=HOURS_KEPT.hourly_days, batch=100), now=NOW)
         finally:
             done.set()
             thread.join(timeout=60)
@@ -340,7 +350,7 @@ def test_a_dry_run_counts_what_a_prune_does_and_changes_nothing(store: Store) ->
 
 def test_rollups_age_out_hours_first_and_days_stay_readable(store: Store) -> None:
     before = seen(store)
-    store.prune(Retention(), now=NOW)
+    store.prune(HOURS_KEPT, now=NOW)
     # eight days on, with hour rollups kept 5 days: the first days read from day rows
     later = NOW + timedelta(days=8)
     report = store.prune(Retention(passes_days=3, others_days=14, hourly_days=5,

@@ -157,6 +157,9 @@ class RetentionRecords(StoreAccess):
         retention = retention or Retention()
         cut = retention.cutoffs(now or datetime.now(UTC))
         report = PruneReport(dry_run=dry_run)
+        # The mark first: readers switch those days to day rows before their hour rows go,
+        # and results folded now skip hour rows before it.
+        hours_from = self._move_hourly_mark(cut, dry_run)
         evidence = self._evidence_ids()
         pending: list[Any] = []
         doomed: Counter[str] = Counter()  # dry run: results that would go, per run
@@ -169,11 +172,14 @@ class RetentionRecords(StoreAccess):
                 if dry_run:
                     doomed[row.run_id] += 1
             while len(pending) >= retention.batch:
-                self._fold_batch(pending[:retention.batch], report)
+                self._fold_batch(pending[:retention.batch], hours_from, report)
                 del pending[:retention.batch]
         if pending:
-            self._fold_batch(pending, report)
-        self._prune_rollups(cut, retention.batch, report)
+            self._fold_batch(pending, hours_from, report)
+        report.hourly_deleted = self._delete_rollups(RollupPeriod.HOUR, hours_from,
+                                                     retention.batch, dry_run)
+        report.daily_deleted = self._delete_rollups(RollupPeriod.DAY, cut.daily,
+                                                    retention.batch, dry_run)
         self._prune_runs(cut, retention.batch, report, doomed)
         if self._engine.dialect.name == "sqlite":
             report.incremental_vacuum = self._incremental_vacuum_on()
@@ -214,12 +220,13 @@ class RetentionRecords(StoreAccess):
                 return
             after = (last.pair_env_id, last.pair_kind)
 
-    def _fold_batch(self, rows: list[Any], report: PruneReport) -> None:
+    def _fold_batch(self, rows: list[Any], hours_from: datetime, report: PruneReport
+                    ) -> None:
         """Delete these results and add them to the rollups, in one transaction: the rows
         added are those the delete removed (a concurrent prune took the others)."""
         deleted: Sequence[Any] = rows
         if report.dry_run:
-            values = fold(rows)
+            values = fold(rows, hours_from)
         else:
             with self._transaction() as conn:
                 if conn.dialect.name == "postgresql":
@@ -227,7 +234,7 @@ class RetentionRecords(StoreAccess):
                 deleted = conn.execute(delete(RESULTS)
                                        .where(RESULTS.c.id.in_([r.id for r in rows]))
                                        .returning(*(RESULTS.c[n] for n in FOLD_COLUMNS))).all()
-                values = fold(deleted)
+                values = fold(deleted, hours_from)
                 add_rollups(conn, values)
         for value in values:
             period = value["period"]
@@ -240,19 +247,17 @@ class RetentionRecords(StoreAccess):
 
     # --- rollups and runs ---------------------------------------------------------------
 
-    def _prune_rollups(self, cut: Cutoffs, batch: int, report: PruneReport) -> None:
+    def _move_hourly_mark(self, cut: Cutoffs, dry_run: bool) -> datetime:
+        """From when hour rollups are kept after this prune (never moving back); written
+        unless ``dry_run``."""
         with self._reading() as conn:
             mark = max(hourly_from(conn), cut.hourly)
-        if not report.dry_run:
-            # The mark first: readers switch those days to day rows before their hour rows go.
+        if not dry_run:
             with self._transaction() as conn:
                 stmt = self._upsert()(MARKS).values(name=HOURLY_FROM, at=mark)
                 conn.execute(stmt.on_conflict_do_update(index_elements=["name"],
                                                         set_={"at": stmt.excluded.at}))
-        report.hourly_deleted = self._delete_rollups(RollupPeriod.HOUR, mark, batch,
-                                                     report.dry_run)
-        report.daily_deleted = self._delete_rollups(RollupPeriod.DAY, cut.daily, batch,
-                                                    report.dry_run)
+        return mark
 
     def _delete_rollups(self, period: RollupPeriod, before: datetime, batch: int,
                         dry_run: bool) -> int:

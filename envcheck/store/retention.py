@@ -39,7 +39,7 @@ class Retention:
 
     passes_days: float = 3.0
     others_days: float = 14.0
-    hourly_days: float = 30.0
+    hourly_days: float = 7.0  # then day rows: the store stays flat after two weeks
     daily_days: float = 365.0
     batch: int = 2000  # rows per transaction: no write lock is held for long
 

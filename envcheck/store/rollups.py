@@ -82,9 +82,11 @@ class _Row:
         self.durations.merge(d.count, d.total_s, d.max_s, d.buckets)
 
 
-def fold(rows: Iterable[Any]) -> list[dict[str, Any]]:
+def fold(rows: Iterable[Any], hours_from: datetime = EPOCH) -> list[dict[str, Any]]:
     """The rollup rows (as values for :func:`add_rollups`) of results given as rows of
-    :data:`FOLD_COLUMNS`: each result in its hour, its day and the total."""
+    :data:`FOLD_COLUMNS`: each result in its hour, its day and the total; in its hour only
+    from ``hours_from`` (the ``hourly_from`` mark) on: readers take day rows before it, and
+    the prune deletes hour rows there, so one written would only be garbage."""
     hours: dict[tuple[Any, ...], _Row] = {}
     for r in rows:  # each result once, into its hour; days and totals from the hours
         key = (r.env_id, hour_start(r.started_at), r.kind, r.image_digest or "", r.status,
@@ -98,7 +100,8 @@ def fold(rows: Iterable[Any]) -> list[dict[str, Any]]:
         row.durations.add(float(r.duration_s))
     rolled: dict[tuple[Any, ...], _Row] = {}
     for (env_id, hour, *rest), row in hours.items():
-        rolled[(env_id, RollupPeriod.HOUR.value, hour, *rest)] = row
+        if hour >= hours_from:
+            rolled[(env_id, RollupPeriod.HOUR.value, hour, *rest)] = row
         for period, start in ((RollupPeriod.DAY, day_start(hour)), (RollupPeriod.TOTAL, EPOCH)):
             key = (env_id, period.value, start, *rest)
             target = rolled.get(key)
