@@ -39,7 +39,9 @@ class Retention:
 
     passes_days: float = 3.0
     others_days: float = 14.0
-    hourly_days: float = 7.0  # then day rows: the store stays flat after two weeks
+    # the fleet heatmap's longest span (168 h); day rows before, so the store stays flat
+    # once the failures' two weeks have passed
+    hourly_days: float = 7.0
     daily_days: float = 365.0
     batch: int = 2000  # rows per transaction: no write lock is held for long
 
