@@ -21,6 +21,7 @@ from envcheck.catalogue.datasets.base import ISSUES_PER_DATASET, DatasetBase
 from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.document import CatalogueFile
 from envcheck.catalogue.fields import CATALOGUE_FILE, schedule_floor
+from envcheck.catalogue.handover import Handover, Taken
 from envcheck.catalogue.merge import resolve_environment
 from envcheck.catalogue.messages import describe_error, show_value
 from envcheck.catalogue.models import (
@@ -110,10 +111,17 @@ def _issues(doc: SourceDoc, errors: Iterable[ErrorDetails]) -> None:
         doc.issues.append(doc.issue(loc, describe_error(err, CatalogueFile)))
 
 
-def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
+def _options(file: str) -> dict[str, Any]:
+    """How a catalogue file's models are validated."""
+    # by_name=False: the file must use the documented key (``schema``), not the field name.
+    return {"by_alias": True, "by_name": False, "context": {CATALOGUE_FILE: file}}
+
+
+def _validate(doc: SourceDoc, unique: bool, handover: Handover
               ) -> tuple[CatalogueFile | None, list[Environment]]:
     """Validate one parsed document, adding every problem pydantic finds to ``doc.issues``;
-    if it has none and its ids are ``unique``, its environments resolved."""
+    if it has none and its ids are ``unique``, its environments resolved (those the reader
+    handed over already taken: :mod:`.handover`)."""
     if not doc.parsed:
         return None, []
     if doc.data is None:
@@ -124,9 +132,7 @@ def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
         doc.issues.append(doc.issue((), f"a catalogue file must be a mapping with 'version: 1', "
                                         f"got {show_value(doc.data)}"))
         return None, []
-    # by_name=False: the file must use the documented key (``schema``), not the field name.
-    options: dict[str, Any] = {"by_alias": True, "by_name": False,
-                               "context": {CATALOGUE_FILE: doc.file}}
+    options, sharing = handover.options, handover.sharing
     # The file without its environments, then each environment (resolved at once): the
     # models of a whole fleet are never alive together, and the memory each raw value frees
     # serves the environments that follow.
@@ -142,14 +148,24 @@ def _validate(doc: SourceDoc, unique: bool, sharing: Sharing
     invalid: list[ErrorDetails] = []
     for suite_id, i, raw in stream:
         where: KeyPath = ("suites", suite_id, "environments", i)
-        try:
-            entry = EnvironmentEntry.model_validate(raw, **options)
-        except ValidationError as exc:
-            invalid.extend(at(e, where) for e in exc.errors())
-            resolve = False
-            continue
-        if not resolve:
-            continue
+        if type(raw) is Taken:
+            if not resolve:
+                continue
+            assert parsed is not None
+            if type(raw.value) is Environment:
+                handover.check(suite_id, parsed.suites[suite_id].defaults)
+                environments.append(raw.value)
+                continue
+            entry = raw.value
+        else:
+            try:
+                entry = EnvironmentEntry.model_validate(raw, **options)
+            except ValidationError as exc:
+                invalid.extend(at(e, where) for e in exc.errors())
+                resolve = False
+                continue
+            if not resolve:
+                continue
         assert parsed is not None
         try:
             env = resolve_environment(suite_id, parsed.suites[suite_id].defaults, entry)
@@ -190,14 +206,16 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
         if text is None:
             per_file.append([CatalogueIssue(str(file), None, "", why or "cannot read")])
             continue
-        doc = load_yaml(str(file), text, limits)
+        handover = Handover(_options(str(file)), sharing)
+        doc = load_yaml(str(file), text, limits, take=handover)
+        handover.flush()
         per_file.append(doc.issues)  # check_refs may add to it later
         taken = len(doc.issues)
         unique = checks.scan(doc)
         # A duplicate id follows the file's own problems, as where it is found follows them.
         duplicates = doc.issues[taken:]
         del doc.issues[taken:]
-        parsed, resolved = _validate(doc, unique, sharing)
+        parsed, resolved = _validate(doc, unique, handover)
         doc.issues.extend(duplicates)
         if parsed is None or not unique:
             continue
@@ -231,8 +249,7 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
     """Expand every dataset into ``environments`` (ids unique across the catalogue), its
     problems into ``per_file``; returns the dataset files read."""
     # None: defined in a catalogue file, located (checks.where) only for a duplicate
-    taken: dict[str, str | None] = {ident: None for kind, ident in checks.first
-                                    if kind == "environment"}
+    taken: dict[str, str | None] = dict.fromkeys(checks.environments)
     read: list[str] = []
     for doc, i, entry in datasets:
         where: KeyPath = ("datasets", i)

@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from envcheck.catalogue.yamlvalues import read_values
+from envcheck.catalogue.sourcetext import PACK_ABOVE, SourceText
+from envcheck.catalogue.yamlvalues import Take, read_values
 from envcheck.core.errors import CatalogueIssue
 
 __all__ = ["KeyPath", "SourceDoc", "SourceLimits", "file_kind", "format_path", "load_yaml",
@@ -94,8 +95,10 @@ class SourceLimits:
                 f"{MAX_BYTES_ENV}={enough}MiB)")
 
 
-def read_source(path: Path, limits: SourceLimits) -> tuple[str | None, str | None]:
+def read_source(path: Path, limits: SourceLimits
+                ) -> tuple[str | SourceText | None, str | None]:
     """The text of a catalogue file, or why it cannot be read: (text, None) or (None, reason).
+    A large file's text is held compressed (:mod:`.sourcetext`).
 
     Only a regular file is read, and only after ``fstat`` says it is within
     ``limits.max_bytes``; it is opened non-blocking, so a FIFO (even one swapped in after the
@@ -114,11 +117,18 @@ def read_source(path: Path, limits: SourceLimits) -> tuple[str | None, str | Non
         if info.st_size > limits.max_bytes:
             return None, limits.too_large(info.st_size)
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limits.max_bytes + 1)  # the file may have grown since fstat
+            # the file may have grown since fstat: a byte more than the limit is read
+            packed = SourceText.read(f, limits.max_bytes + 1) \
+                if info.st_size > PACK_ABOVE else None
+            if packed is None:  # small, or not UTF-8 (where: the whole text's decoding)
+                data = f.read(limits.max_bytes + 1)
     except OSError as exc:
         return None, describe_os_error(exc)
     finally:
         os.close(fd)
+    if packed is not None:
+        text, size = packed
+        return (None, limits.too_large(size)) if size > limits.max_bytes else (text, None)
     if len(data) > limits.max_bytes:
         return None, limits.too_large(len(data))
     try:
@@ -182,7 +192,7 @@ class SourceDoc:
     shared: bool = True
     """Some value of ``data`` may be in it twice (an alias): none may be changed in place."""
     _lines: dict[KeyPath, int] | None = field(default_factory=dict, repr=False)
-    _source: tuple[str, SourceLimits] | None = field(default=None, repr=False)
+    _source: tuple[str | SourceText, SourceLimits] | None = field(default=None, repr=False)
 
     @property
     def lines(self) -> dict[KeyPath, int]:
@@ -192,7 +202,8 @@ class SourceDoc:
             text, limits = self._source or ("", SourceLimits())
             lines: dict[KeyPath, int] = {}
             if read_values(text, limits.max_nodes, limits.max_depth, lines=lines) is None:
-                lines = _load_with_lines(self.file, text, limits).lines  # aliases, merges
+                # aliases, merges: where their items are is the node tree's rule
+                lines = _load_with_lines(self.file, _whole(text), limits).lines
             self._lines, self._source = lines, None
         return self._lines
 
@@ -359,23 +370,30 @@ class _Builder:
                         self.doc.lines.setdefault(sub, line)
 
 
-def load_yaml(file: str, text: str, limits: SourceLimits | None = None, *,
-              lines: bool = False) -> SourceDoc:
+def _whole(text: str | SourceText) -> str:
+    return text.text() if isinstance(text, SourceText) else text
+
+
+def load_yaml(file: str, text: str | SourceText, limits: SourceLimits | None = None, *,
+              lines: bool = False, take: Take | None = None) -> SourceDoc:
     """Read one YAML document; syntax errors and limits reached become issues, never
     exceptions.
 
     The values are read first without lines, at C speed (:mod:`.yamlvalues`); the lines of
     a document read so are found when a problem asks for one. A document that reader gives
-    up on, or ``lines=True``, is read with its lines at once.
+    up on, or ``lines=True``, is read with its lines at once. ``take``: a catalogue's
+    environments handed over as they are read (:func:`.yamlvalues.read_values`); what it
+    made is dropped if the document is then read with lines.
     """
     limits = limits or SourceLimits()
     if not lines:
         aliases: set[str] = set()
-        values = read_values(text, limits.max_nodes, limits.max_depth, aliases=aliases)
+        values = read_values(text, limits.max_nodes, limits.max_depth, aliases=aliases,
+                             take=take)
         if values is not None:
             return SourceDoc(file, values[0], parsed=True, shared=bool(aliases), _lines=None,
                              _source=(text, limits))
-    return _load_with_lines(file, text, limits)
+    return _load_with_lines(file, _whole(text), limits)
 
 
 def _load_with_lines(file: str, text: str, limits: SourceLimits) -> SourceDoc:

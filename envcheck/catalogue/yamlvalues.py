@@ -20,6 +20,7 @@ scalar's header): such a file now loads. A file both read, they read alike
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,9 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
-__all__ = ["FAST_PARSER", "read_values"]
+from envcheck.catalogue.sourcetext import SourceText
+
+__all__ = ["FAST_PARSER", "Take", "read_values"]
 
 # libyaml's parser when PyYAML was built with it (the wheels are), else the pure-Python one.
 FAST_PARSER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -49,6 +52,11 @@ _LEAVE_TO_PYYAML = re.compile(
     "[^\x09\x0A\x0D\x20-\x7E\xA0-\u2027\u202A-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
 _NO_KEY: Any = object()
 _MERGE: Any = object()
+
+Take = Callable[[str, list[Any], dict[str, Any]], None]
+"""Called with (suite id, the list, the suite's mapping so far) each time an item is added to
+a list ``suites.<id>.environments``: the callee may replace that item, then or later (the
+reader never reads it again)."""
 
 
 class _GiveUp(Exception):
@@ -66,11 +74,13 @@ class _Open:
     key: Any = _NO_KEY  # of a mapping: the key read, waiting for its value
     merges: list[Any] = field(default_factory=list)  # values of its '<<' keys
     path: tuple[str | int, ...] = ()  # where it is, when lines are recorded
+    # an environments list whose items are handed over: its suite's id and mapping
+    suite: tuple[str, dict[str, Any]] | None = None
 
 
-def read_values(text: str, max_nodes: int, max_depth: int, *,
+def read_values(text: str | SourceText, max_nodes: int, max_depth: int, *,
                 lines: dict[tuple[str | int, ...], int] | None = None,
-                aliases: set[str] | None = None,
+                aliases: set[str] | None = None, take: Take | None = None,
                 parser: type[yaml.SafeLoader] = FAST_PARSER) -> tuple[Any] | None:
     """``(value,)`` of the one YAML document in ``text`` (``(None,)`` if it is empty), or None
     if the line-tracking reader must read it to say what is wrong.
@@ -82,12 +92,23 @@ def read_values(text: str, max_nodes: int, max_depth: int, *,
 
     ``aliases``, if given, is filled with the anchors the document's aliases use: a value
     they name is shared by every place that uses it.
+
+    ``take``, if given, is handed each environment of a catalogue's suites as soon as it is
+    read (:data:`Take`), so that its raw value need not outlive it; never an item of a list
+    that an alias could name (the list, its suite or ``suites`` has an anchor), nor when
+    ``lines`` are wanted. It may be called before the reader gives up.
     """
-    if _LEAVE_TO_PYYAML.search(text):
+    if isinstance(text, SourceText):
+        if any(_LEAVE_TO_PYYAML.search(piece) for piece in text.pieces()):
+            return None
+        loader = parser(_Pieces(text.pieces()))
+    elif _LEAVE_TO_PYYAML.search(text):
         return None
-    loader = parser(_Pieces(text))
+    else:
+        loader = parser(_Pieces(text))
     try:
-        return (_Reader(loader, max_nodes, max_depth, lines, aliases).document(),)
+        take = None if lines is not None else take
+        return (_Reader(loader, max_nodes, max_depth, lines, aliases, take).document(),)
     except (_GiveUp, yaml.YAMLError):
         return None
     finally:
@@ -97,12 +118,15 @@ def read_values(text: str, max_nodes: int, max_depth: int, *,
 class _Pieces:
     """``text`` handed to the parser a piece at a time: given the whole string, libyaml's
     binding copies all of it to UTF-8 first, a second copy of the file (38 MB for a fleet's)
-    alive for the whole read."""
+    alive for the whole read. Pieces already made (a compressed text's) are handed as they
+    come, whatever size is asked for: both parsers take what they are given."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str | Iterator[str]) -> None:
         self._text, self._at = text, 0
 
     def read(self, size: int = -1, /) -> str:
+        if not isinstance(self._text, str):
+            return next(self._text, "")
         piece = self._text[self._at:self._at + size] if size >= 0 else self._text[self._at:]
         self._at += len(piece)
         return piece
@@ -111,10 +135,11 @@ class _Pieces:
 class _Reader:
     def __init__(self, loader: yaml.SafeLoader, max_nodes: int, max_depth: int,
                  lines: dict[tuple[str | int, ...], int] | None,
-                 aliases: set[str] | None = None) -> None:
+                 aliases: set[str] | None = None, take: Take | None = None) -> None:
         self.loader: Any = loader  # PyYAML's stubs leave the parser's methods untyped
         self.lines = lines
         self.aliases = aliases
+        self.take = take
         self.max_nodes = max_nodes
         self.max_depth = max_depth
         self.anchors: dict[str, tuple[Any, int, int]] = {}  # closed: value, size, height
@@ -129,7 +154,7 @@ class _Reader:
         # One flat loop over the events (no recursion, no call per value): it runs once per
         # node of a catalogue, hundreds of thousands of times.
         get, plain, lines = self.loader.get_event, self.plain, self.lines
-        strings = self.strings
+        strings, take = self.strings, self.take
         max_nodes, max_depth = self.max_nodes, self.max_depth
         stack: list[_Open] = []
         top: _Open | None = None
@@ -167,6 +192,8 @@ class _Reader:
                 opened = _Open({} if kind is MappingStartEvent else [], event.anchor, count - 1)
                 if lines is not None:
                     opened.path = self._line(top, event)
+                elif take is not None and len(stack) == 3 and kind is SequenceStartEvent:
+                    opened.suite = _environments_of(stack, opened)
                 stack.append(opened)
                 top = opened
                 continue
@@ -205,6 +232,9 @@ class _Reader:
                 top.height = height + 1
             if type(top.value) is list:
                 top.value.append(value)
+                if top.suite is not None:
+                    assert take is not None
+                    take(top.suite[0], top.value, top.suite[1])
             elif top.key is _NO_KEY:  # a mapping or an alias as a key
                 raise _GiveUp
             else:
@@ -257,6 +287,18 @@ class _Reader:
             raise _GiveUp from None
         self.plain[text] = value
         return value
+
+
+def _environments_of(stack: list[_Open], opened: _Open) -> tuple[str, dict[str, Any]] | None:
+    """The suite (id, mapping) if ``opened`` (a list, the fourth level) is
+    ``suites.<id>.environments`` of a catalogue and nothing an alias could name holds it."""
+    root, suites, suite = stack
+    if (root.key == "suites" and type(root.value) is dict and type(suites.value) is dict
+            and type(suites.key) is str and type(suite.value) is dict
+            and suite.key == "environments"
+            and suites.anchor is None and suite.anchor is None and opened.anchor is None):
+        return suites.key, suite.value
+    return None
 
 
 def _merge(out: dict[str, Any], merges: list[Any]) -> None:
