@@ -44,7 +44,8 @@ day that ends past the budget, reported like a report day (its headroom measured
 Targets (issue 15): size flat after the retention window (failures 14 days), headroom well
 above 1, allowlist p99 <= 20 ms, every page <= 2 s. The PostgreSQL database is
 ``envcheck_bench_month`` on 127.0.0.1:5432 (``ENVCHECK_BENCH_PG``), dropped at the end; the
-SQLite file is in a temporary folder, removed unless ``--keep``. Exit 0 whatever the numbers; 1 if the benchmark broke.
+SQLite file is in a temporary folder, removed unless ``--keep``. Exit 0 whatever the
+numbers; 1 if the benchmark broke.
 """
 
 from __future__ import annotations
