@@ -33,7 +33,8 @@ from envcheck.executors.local import LocalExecutor
 from envcheck.feed.assess import StoreAssessment, set_quarantine_by_id
 from envcheck.kinds import Verdict, load_probe
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
-from envcheck.sandbox.docker import LABEL_TAG, DockerRuntime
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_TAG
 from envcheck.schedule.assessment import WindowOutcome
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
