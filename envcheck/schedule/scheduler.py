@@ -30,6 +30,11 @@ backlog.
 Idle cost: the timetable's thread sleeps until the next job is due (the enqueue runs inline
 in it, no pool), APScheduler's until the next window, workers sleep on a condition, and an
 empty window costs one query.
+
+The parts, composed here: the jobs (:mod:`.jobs`), the workers and their budget
+(:mod:`.workers`), the windows (:mod:`.windows`), what is known of the fleet (:mod:`.ledger`,
+read by :mod:`.reads`), the catch-up (:mod:`.catchup`) and a reload's job changes
+(:mod:`.reload`).
 """
 
 from __future__ import annotations
