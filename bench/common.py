@@ -18,7 +18,7 @@ from pathlib import Path
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.numbers import percentile
-from envcheck.sandbox.docker import LABEL_MANAGED, LABEL_RUN
+from envcheck.sandbox.labels import LABEL_MANAGED, LABEL_RUN
 
 __all__ = ["ROOT", "docker_run_hardened", "free_port", "git_head", "host", "median",
            "percentile", "proc_stat_fields", "proc_status_kib", "scratch_dir"]

@@ -59,13 +59,8 @@ from envcheck.kinds.terminal import (
     login_script,
 )
 from envcheck.sandbox.base import ExecResult, Sandbox, SandboxSpec, TtySession
-from envcheck.sandbox.docker import (
-    LABEL_ENV,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    LABEL_RUN,
-    DockerRuntime,
-)
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_ENV, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN
 
 CATALOGUE = ROOT / "probes" / "demo.yaml"
 # demo-slow-shell sleeps ~4 s per shell by design; demo-image-missing has no image.
@@ -251,7 +246,7 @@ class DockerCli:
         return proc.stdout.decode().strip()
 
     def run_args(self, env: Environment, run_id: str) -> list[str]:
-        """``docker run`` with the flags of envcheck's ``DockerRuntime._create_args``."""
+        """``docker run`` with the flags of envcheck's ``sandbox.hardening.create_args``."""
         lim = env.limits
         labels = {LABEL_MANAGED: "true", LABEL_RUN: run_id, LABEL_ENV: env.id,
                   LABEL_OWNER: self.owner, LABEL_BENCH: "floor"}

@@ -10,7 +10,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from envcheck.sandbox.docker import LABEL_OWNER, DockerRuntime
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_OWNER
 from envcheck.store import open_store
 from tests.conftest import DEMO, envcheck_cmd
 from tests.polling import stop, wait_for

@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
 from envcheck.feed.allowlist import allowlist
-from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG
+from envcheck.sandbox.labels import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables import ProbeResultRow
 from tests.conftest import SESSION_TAG, envcheck_cmd

@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from envcheck.cli.app import app
 from envcheck.sandbox.base import SandboxSpec
-from envcheck.sandbox.docker import LABEL_ENV, LABEL_TAG, DockerRuntime
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_ENV, LABEL_TAG
 from envcheck.store import open_store
 from tests.conftest import SESSION_TAG
 from tests.deploy import HTTP_TIMEOUT, IMAGE_UID, events, scrape, total, write_catalogue

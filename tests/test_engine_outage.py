@@ -10,7 +10,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from envcheck.sandbox.docker import LABEL_RUN, DockerRuntime
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_RUN
 from envcheck.store import open_store
 from envcheck.store.tables import RunState
 from tests.conftest import DEMO, SESSION_TAG, envcheck_cmd

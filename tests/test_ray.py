@@ -47,7 +47,8 @@ from envcheck.executors.ray import RayExecutor
 from envcheck.feed.assess import assess_cycle, evaluate, previous_statuses
 from envcheck.feed.depth import StoreDepth
 from envcheck.kinds.collaborators import build_services
-from envcheck.sandbox.docker import LABEL_ENV, LABEL_OWNER, DockerRuntime
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_ENV, LABEL_OWNER
 from envcheck.store import Store, open_store
 from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
 from tests.http_server import MisbehavingServer, ok

@@ -20,16 +20,11 @@ import pytest
 from envcheck.catalogue.models import Limits
 from envcheck.core.errors import EngineUnreachable, ImageMissing
 from envcheck.sandbox.base import ENGINE_DEFAULT_CAPABILITIES, CappedOutput, SandboxSpec
-from envcheck.sandbox.docker import (
-    LABEL_ENV,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    LABEL_RUN,
-    DockerRuntime,
-    DockerSandbox,
-    hijacked_stream,
-    leftover,
-)
+from envcheck.sandbox.container import DockerSandbox
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_ENV, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN
+from envcheck.sandbox.reaping import leftover
+from envcheck.sandbox.streams import hijacked_stream
 
 pytestmark = pytest.mark.docker
 
@@ -91,7 +86,7 @@ def test_capabilities_are_added_back_only_when_asked(runtime: DockerRuntime) -> 
 
 def test_the_sdk_exec_stream_still_has_the_private_attributes_we_read(
         sandbox: DockerSandbox) -> None:
-    """envcheck.sandbox.docker.hijacked_stream reads two private attributes of the docker
+    """envcheck.sandbox.streams.hijacked_stream reads two private attributes of the docker
     SDK's exec stream (no public way exists): this fails if an SDK release moves them."""
     client = docker.from_env(timeout=10)
     try:

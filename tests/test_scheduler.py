@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import update
 
 import envcheck.executors.local as executors_mod
-import envcheck.schedule.scheduler as scheduler_mod
+import envcheck.schedule.jobs as jobs_mod
 from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue, Environment
@@ -33,8 +33,10 @@ from envcheck.executors.local import LocalExecutor
 from envcheck.feed.assess import StoreAssessment, set_quarantine_by_id
 from envcheck.kinds import Verdict, load_probe
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
-from envcheck.sandbox.docker import LABEL_TAG, DockerRuntime
-from envcheck.schedule.scheduler import ProbeScheduler, WindowOutcome
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.labels import LABEL_TAG
+from envcheck.schedule.assessment import WindowOutcome
+from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from envcheck.store.core_tables import ENVS
 from tests.conftest import SESSION_TAG
@@ -343,7 +345,7 @@ def test_priority_under_backlog(tmp_path: Path, store: Store, fake: FakeChecks,
                                 make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stale (never probed, or no result for two intervals) before suspect before normal
     before quarantined; first come, first served among equals."""
-    monkeypatch.setattr(scheduler_mod, "RESTART_SPREAD_S", 0.5)
+    monkeypatch.setattr(jobs_mod, "RESTART_SPREAD_S", 0.5)
     envs = {e: f"img-{e}" for e in ("blocker", "stale", "overdue", "suspect", "normal", "quar")}
     cat = write_catalogue(tmp_path / "c.yaml", envs,
                           overrides={"overdue": "terminal: 1h, jitter_s: 0"})

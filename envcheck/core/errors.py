@@ -20,7 +20,7 @@
                                             verdict in transit, like the above
 
 Third-party errors (docker, requests) are translated into these, or into reason codes,
-at one boundary per backend (``envcheck.sandbox.docker``, ``envcheck.net.http``), never deeper.
+at one boundary per backend (``envcheck.sandbox.engine``, ``envcheck.net.http``), never deeper.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ reach its registry) and run on ``network_mode`` (``none`` unless the operator al
 Who is at fault: a Dockerfile step that fails, or a Dockerfile the engine rejects (HTTP 4xx),
 is the environment's defect (:class:`ImageBuildFailed`, with the log's tail); an engine that
 does not answer or fails on its own side is envcheck's (``EngineUnreachable``,
-``SandboxFailed``), as for every other engine call (:func:`envcheck.sandbox.docker`'s
+``SandboxFailed``), as for every other engine call (:mod:`envcheck.sandbox.engine`'s
 boundary). A build has a deadline, checked at each line of its log, and every read of the log
 waits at most that long: past it envcheck stops reading and the build counts as failed (a
 context that builds forever is a defect too).
@@ -34,7 +34,8 @@ import urllib3.exceptions
 from envcheck.catalogue.treehash import tree_hash
 from envcheck.core.errors import ImageBuildFailed
 from envcheck.sandbox.base import Deadline
-from envcheck.sandbox.docker import DockerRuntime, _engine_errors, _preflight
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.engine import engine_errors, preflight
 
 __all__ = ["LABEL_BUILD_HASH", "BuiltImage", "ImageBuilder"]
 
@@ -89,7 +90,7 @@ class ImageBuilder:
         """
         started = time.monotonic()
         if self._host:
-            _preflight(self._host, float(self._client.api.timeout))
+            preflight(self._host, float(self._client.api.timeout))
         with self._lock(tag):  # two probes of one task: one builds, the other finds it
             found = self._image_id(tag)
             if found is not None:
@@ -100,7 +101,7 @@ class ImageBuilder:
             return BuiltImage(tag, image_id, True, time.monotonic() - started, tail)
 
     def _image_id(self, tag: str) -> str | None:
-        with _engine_errors(tag):
+        with engine_errors(tag):
             try:
                 return str(self._client.images.get(tag).id)
             except docker.errors.ImageNotFound:
@@ -113,7 +114,7 @@ class ImageBuilder:
         image_id: str | None = None
         stream: Any = None
         try:
-            with _engine_errors(tag):
+            with engine_errors(tag):
                 try:
                     stream = self._client.api.build(
                         path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,

@@ -25,7 +25,8 @@ from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.local import LocalExecutor
-from envcheck.sandbox.docker import API_VERSION, LABEL_ENV, LABEL_RUN, LABEL_TAG
+from envcheck.sandbox.docker import API_VERSION
+from envcheck.sandbox.labels import LABEL_ENV, LABEL_RUN, LABEL_TAG
 from tests.conftest import DEMO, SESSION_TAG
 from tests.engine_proxy import ENGINE, EngineProxy
 from tests.polling import wait_for

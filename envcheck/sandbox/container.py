@@ -1,0 +1,181 @@
+"""A running sandbox on the docker SDK: commands run to their deadline with capped output,
+a terminal session, files copied in.
+
+A command that outlives its timeout (or floods past the hard output limit) takes its
+container down with it: killing the container is the one kill that reaches every descendant
+of the command, whatever the image holds. The next command starts the container again.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import docker
+import requests
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
+
+from envcheck.core.errors import EngineUnreachable, SandboxFailed
+from envcheck.sandbox.base import CappedOutput, Deadline, ExecResult
+from envcheck.sandbox.engine import engine_call
+from envcheck.sandbox.streams import RECV, DockerTty, close_stream, drain_frames, hijacked_stream
+
+__all__ = ["DockerSandbox"]
+
+# the runtime's one logger, whichever of its modules speaks
+log = logging.getLogger("envcheck.sandbox.docker")
+
+
+class DockerSandbox:
+    def __init__(self, client: docker.DockerClient, container: Any, start_duration_s: float,
+                 flood_limit: int, preflight: Callable[[], None] = lambda: None) -> None:
+        self._api = client.api
+        self._preflight = preflight
+        self._container = container
+        self._start_duration_s = start_duration_s
+        self._flood_limit = flood_limit
+        self._killed = False
+
+    @property
+    def container_id(self) -> str:
+        return str(self._container.id)
+
+    @property
+    def start_duration_s(self) -> float:
+        return self._start_duration_s
+
+    def _ensure_running(self) -> None:
+        if self._killed:
+            with engine_call(self._preflight):
+                self._api.start(self.container_id)
+            self._killed = False
+
+    def _kill(self) -> None:
+        self._killed = True
+        try:
+            with engine_call(self._preflight):
+                self._api.kill(self.container_id)
+                self._api.wait(self.container_id, timeout=30)
+        except (EngineUnreachable, SandboxFailed, requests.RequestException) as exc:
+            log.warning("killing container %s: %s", self.container_id[:12], exc)
+
+    def _kill_draining(self, raw: Any) -> None:
+        """Kill while still reading: the engine will not stop a container whose exec output
+        it cannot deliver, so an unread stream would stall the kill."""
+
+        def drain() -> None:
+            raw.settimeout(1.0)
+            with suppress(OSError):
+                while raw.recv(RECV):
+                    pass
+
+        drainer = threading.Thread(target=drain, name="envcheck-drain", daemon=True)
+        drainer.start()
+        self._kill()
+        drainer.join(timeout=5.0)
+
+    def _open(self, argv: Sequence[str], user: str | None, env: dict[str, str] | None,
+              tty: bool) -> tuple[str, Any]:
+        self._ensure_running()
+        with engine_call(self._preflight):
+            exec_id = self._api.exec_create(self.container_id, list(argv), stdin=tty, tty=tty,
+                                            user=user or "", environment=env)["Id"]
+            sock = self._api.exec_start(exec_id, socket=True, tty=tty)
+        return exec_id, sock
+
+    def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
+             env: dict[str, str] | None = None, output_limit: int = 64 * 1024) -> ExecResult:
+        deadline = Deadline(timeout_s)
+        exec_id, sock = self._open(argv, user, env, tty=False)
+        raw, buffered = hijacked_stream(sock)
+        output = CappedOutput(output_limit)
+        frames = bytearray(buffered)
+        first: float | None = deadline.elapsed() if frames else None
+        drain_frames(frames, output)
+        timed_out = flooded = False
+        try:
+            # a read loop to the command's deadline, not a retry: each recv takes new output
+            while True:
+                remaining = deadline.remaining()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                raw.settimeout(min(remaining, 5.0))
+                try:
+                    chunk = raw.recv(RECV)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                if first is None:
+                    first = deadline.elapsed()
+                frames += chunk
+                drain_frames(frames, output)
+                if output.total > self._flood_limit:
+                    flooded = True
+                    break
+            if timed_out or flooded:
+                self._kill_draining(raw)
+        except OSError as exc:
+            raise EngineUnreachable(f"lost the exec stream: {exc}") from exc
+        finally:
+            close_stream(sock, raw)
+        return ExecResult(
+            command=" ".join(argv),
+            exit_code=None if timed_out else self._exit_code(exec_id),
+            output=output,
+            duration_s=deadline.elapsed(),
+            first_output_s=first,
+            timed_out=timed_out,
+            flooded=flooded,
+        )
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code; None if the engine still has it running after ~1 s.
+        The stream ends a moment before the engine records the exit code: poll for it."""
+
+        def inspect() -> dict[str, Any]:
+            with engine_call(self._preflight):
+                return dict(self._api.exec_inspect(exec_id))
+
+        polling = Retrying(retry=retry_if_result(lambda info: bool(info.get("Running"))),
+                           stop=stop_after_attempt(50), wait=wait_fixed(0.02),
+                           retry_error_callback=lambda state: None)
+        info = polling(inspect)
+        code = info.get("ExitCode") if info is not None else None
+        return int(code) if code is not None else None
+
+    @contextmanager
+    def tty(self, argv: Sequence[str], *, user: str | None = None,
+            env: dict[str, str] | None = None) -> Iterator[DockerTty]:
+        _, sock = self._open(argv, user, env, tty=True)
+        raw, buffered = hijacked_stream(sock)
+        try:
+            yield DockerTty(raw, initial=buffered)
+        finally:
+            close_stream(sock, raw)
+
+    def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        """Copy a file in. The engine writes below mounts, so a tmpfs path would vanish."""
+        directory, _, name = path.rpartition("/")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(content), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(content))
+        self.put_archive(directory or "/", buf.getvalue())
+
+    def put_archive(self, directory: str, archive: bytes) -> None:
+        """Unpack a tar archive into ``directory`` (which must exist), merging with what is
+        there, as ``docker cp SRC/. CONTAINER:DIR`` does."""
+        if directory == "/tmp" or directory.startswith("/tmp/"):
+            raise ValueError(f"{directory}: /tmp is a tmpfs the engine cannot copy into")
+        self._ensure_running()
+        with engine_call(self._preflight):
+            self._api.put_archive(self.container_id, directory, archive)
