@@ -70,7 +70,7 @@ class Watch:
         return Check(answer, age)
 
 
-def outcome_of(question: Callable[[], object]) -> str:
+def _outcome(question: Callable[[], object]) -> str:
     """``ok``, or ``error: why`` for whatever the question raised (a watcher never dies of
     a dependency's failure)."""
     try:
@@ -98,7 +98,7 @@ class Readiness:
         """Ask one dependency now and record its answer (blocks as long as it does)."""
         watch = self._watches[name]
         watch.asked(self._monotonic())
-        outcome = outcome_of(self._questions[name])
+        outcome = _outcome(self._questions[name])
         watch.answered(outcome, self._monotonic())
 
     def checks(self) -> dict[str, Check]:
