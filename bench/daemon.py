@@ -26,21 +26,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import platform
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import requests
-from common import free_port, host, proc_stat_fields, proc_status_kib, scratch_dir
+from common import fleet_text, host, proc_stat, rss_mb, running, scratch_dir
 from sqlalchemy import insert
 
 from envcheck.catalogue.loader import load_catalogue
@@ -55,7 +53,6 @@ RSS_TARGET_MB = 300.0  # at 10,000 environments
 RSS_TARGET_100K_MB = 500.0  # above 10,000 (issue 15: at 100,000)
 RSS = "rss"  # a row whose target is the RSS target of the fleet's size
 CPU_TARGET = 2.0  # % of one core
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 HEADER = """version: 1
 suites:
   bench:
@@ -77,8 +74,6 @@ def catalogue_text(n: int, burst: int = 0, fleet: str = "terminal") -> str:
     burst_lines = [f"      - {{ id: burst-{i:04d}, image: '{MISSING_IMAGE}' }}"
                    for i in range(burst)]
     if fleet == "mixed":
-        from catalogue import fleet_text  # imports this module's helpers lazily in turn
-
         head, sep, sources = fleet_text(n).rpartition("\ndata_sources:\n")
         burst_suite = (HEADER.split("suites:\n", 1)[1].replace("bench:", "burst:", 1)
                        .format(envs="\n".join(burst_lines) + "\n") if burst else "")
@@ -132,102 +127,9 @@ def seed(db_url: str, catalogue_path: Path) -> float:
     return time.monotonic() - started
 
 
-def proc_stat(pid: int) -> tuple[float, int]:
-    """(CPU seconds used, threads) of the process."""
-    fields = proc_stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK, int(fields[17])
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) in MB."""
-    return proc_status_kib("VmRSS", pid) / 1024, proc_status_kib("VmHWM", pid) / 1024
-
-
 def metric(text: str, name: str, labels: str = "") -> float | None:
     match = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else None
-
-
-class Daemon:
-    def __init__(self, workdir: Path, catalogue: Path, concurrency: int,
-                 environ: dict[str, str] | None = None) -> None:
-        """``environ``: more variables for the daemon (e.g. PYTHONPATH: another checkout)."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "daemon.log"
-        env = {**os.environ, "ENVCHECK_DATA_DIR": str(workdir / "data"),
-               "ENVCHECK_EXPORT_DIR": str(workdir / "exports"),
-               "ENVCHECK_CONTAINER_TAG": f"bench-daemon-{os.getpid()}", **(environ or {})}
-        env.pop("ENVCHECK_DATABASE_URL", None)
-        exe = Path(sys.executable).parent / "envcheck"
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "envcheck.cli.app"]
-        self._stderr = self.log.open("w")
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [*cmd, "daemon", str(catalogue), "--port", str(self.port), "--window", "60",
-             "--concurrency", str(concurrency)],
-            env=env, stdout=subprocess.DEVNULL, stderr=self._stderr)
-
-    def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-        return out
-
-    def count(self, event: str, **match: str) -> int:
-        return sum(1 for e in self.events() if e.get("event") == event
-                   and all(str(e.get(k, "")).startswith(v) for k, v in match.items()))
-
-    def wait_for(self, what: str, check: Any, timeout: float) -> float:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                tail = self.log.read_text(encoding="utf-8", errors="replace")[-1500:]
-                raise RuntimeError(f"daemon exited ({self.proc.returncode}) waiting for {what}; "
-                                   f"its log ends:\n{tail}")
-            with contextlib.suppress(requests.RequestException):
-                if check():
-                    return time.monotonic() - self.started
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}; see {self.log}")
-            time.sleep(0.2)
-
-    def ready(self) -> bool:
-        r = requests.get(f"{self.url}/readyz", timeout=5)
-        return r.status_code == 200 and self.count("unassessed results assessed") > 0
-
-    def scrape(self) -> tuple[str, float, float]:
-        """(/metrics text, wall seconds, daemon CPU seconds)."""
-        cpu0, _ = proc_stat(self.proc.pid)
-        t0 = time.monotonic()
-        r = requests.get(f"{self.url}/metrics", timeout=120)
-        wall = time.monotonic() - t0
-        r.raise_for_status()
-        return r.text, wall, proc_stat(self.proc.pid)[0] - cpu0
-
-    def stop(self, timeout: float = 120) -> int | None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            return None
-        finally:
-            self._stderr.close()
-
-
-@contextlib.contextmanager
-def running(workdir: Path, catalogue: Path, concurrency: int,
-            environ: dict[str, str] | None = None) -> Iterator[Daemon]:
-    daemon = Daemon(workdir, catalogue, concurrency, environ)
-    try:
-        yield daemon
-    finally:
-        if daemon.proc.poll() is None:
-            daemon.stop()
 
 
 def measure(name: str, n: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:

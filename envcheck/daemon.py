@@ -11,6 +11,10 @@ first time a few minutes after the start, in short batches beside the probing.
 A store that refuses writes (a full disk) stops nothing: results are held and written when
 it recovers (:mod:`envcheck.store.pending`); meanwhile ``/readyz`` answers 503 with the
 count held and the store's reason, and 200 again once everything is written.
+
+``/readyz`` reads what watcher threads last heard from the engine and the store
+(:mod:`envcheck.core.readiness`), never asks them itself: an engine or a database that does
+not answer makes it answer 503 "not answering for N s" at once, not hang.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
-from envcheck.core.errors import CatalogueError, InfraError
+from envcheck.core.errors import CatalogueError
 from envcheck.core.memory import give_back
-from envcheck.executors.base import Executor, ExecutorConfig
+from envcheck.core.readiness import Readiness
+from envcheck.executors.base import ExecutorConfig
 from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
 from envcheck.feed.assess import StoreAssessment
@@ -85,7 +90,7 @@ class DaemonConfig:
     suite_budgets: tuple[tuple[str, float], ...] = ()
 
 
-def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
+def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
               metrics: StoreMetrics, token: str | None) -> FastAPI:
     from envcheck.api.app import create_app
 
@@ -101,31 +106,25 @@ def build_app(store: Store, scheduler: ProbeScheduler, executor: Executor,
 
         return StreamingResponse(pieces(), media_type=CONTENT_TYPE_LATEST)
 
+    # async: answered on the event loop, never queued behind requests waiting on the store
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/readyz", include_in_schema=False)
-    def readyz() -> JSONResponse:
-        checks: dict[str, str] = {}
+    async def readyz() -> JSONResponse:
+        # what the watchers last recorded: a hung engine or store never holds this answer
+        kept = readiness.checks()
+        checks = {name: check.status for name, check in kept.items()}
         # Writes first: a full disk still answers reads. While the store refuses writes,
         # or results wait to be written, this daemon's feed lags its probes: not ready.
         held = scheduler.writes.status()
         if held is not None:
             checks["store"] = f"error: {held}"
-        else:
-            try:
-                store.generation()
-                checks["store"] = "ok"
-            except Exception as exc:  # report, never raise from a probe of ourselves
-                checks["store"] = f"error: {exc}"
-        try:
-            executor.ping()
-            checks["engine"] = "ok"
-        except InfraError as exc:
-            checks["engine"] = f"error: {exc}"
         ready = all(v == "ok" for v in checks.values())
-        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+        return JSONResponse({"ready": ready, "checks": checks,
+                             "age_s": {name: check.age_s for name, check in kept.items()}},
+                            status_code=200 if ready else 503)
 
     return app
 
@@ -179,12 +178,15 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     # default action killing the process mid-cleanup.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _note_signal)
+    readiness = Readiness({"store": store.generation, "engine": executor.ping})
+    readiness.start()
     try:
-        serve(build_app(store, scheduler, executor, metrics, config.api_token),
+        serve(build_app(store, scheduler, readiness, metrics, config.api_token),
               host=config.host, port=config.port)
     finally:
         log.info("daemon stopping")
         stop.set()
+        readiness.stop()
         scheduler.stop(config.grace_s, config.store_flush_s)
         if notifier is not None:  # after the scheduler: its last window may alert too
             notifier.stop(config.notify_flush_s)

@@ -1,8 +1,11 @@
-"""A Unix-socket proxy in front of the real Docker engine, which a test can cut.
+"""Socket proxies in front of real servers, which a test can cut or freeze: a Unix-socket one
+before the real Docker engine, a TCP one on 127.0.0.1 before the machine's PostgreSQL.
 
-Through it, envcheck talks to the real engine; ``cut()`` makes the engine vanish mid-cycle
-exactly as a crashed dockerd would look to a client: live connections drop, new ones are
-refused.
+Through it, envcheck talks to the real server; ``cut()`` makes it vanish mid-cycle exactly as
+a crashed dockerd would look to a client: live connections drop, new ones are refused.
+``freeze()`` makes it stop answering as a process under SIGSTOP does: connections are still
+accepted and what a client sends is taken, but nothing passes either way until ``thaw()``,
+when the held bytes go on as the server wakes.
 """
 
 from __future__ import annotations
@@ -11,28 +14,27 @@ import contextlib
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 ENGINE = "/var/run/docker.sock"
 
 
-class EngineProxy:
-    def __init__(self, path: Path, engine: str = ENGINE) -> None:
-        self.path = path
-        self._engine = engine
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(path))
+class SocketProxy:
+    """Accepts on ``listener`` and pipes each connection to a new one from ``connect``."""
+
+    def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
+        self._listener = listener
+        self._connect = connect
         self._listener.listen(64)
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._cut = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.connections = 0
         self._thread = threading.Thread(target=self._accept, name="engine-proxy", daemon=True)
         self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"unix://{self.path}"
 
     def _accept(self) -> None:
         while not self._cut.is_set():
@@ -40,12 +42,10 @@ class EngineProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                upstream.connect(self._engine)
+                upstream = self._connect()
             except OSError:
                 client.close()
-                upstream.close()
                 continue
             with self._lock:
                 if self._cut.is_set():  # cut while this one was being accepted: drop it
@@ -57,16 +57,24 @@ class EngineProxy:
             for src, dst in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
+                self._flowing.wait()  # frozen: taken, held, not passed on
                 dst.sendall(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
 
+    def freeze(self) -> None:
+        """The server stops answering, its connections open: nothing passes until thaw."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        """The server wakes: what was held goes on, and everything after it."""
+        self._flowing.set()
+
     def cut(self) -> None:
-        """The engine is gone: drop every connection and refuse new ones."""
+        """The server is gone: drop every connection and refuse new ones."""
         self._cut.set()
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
@@ -77,11 +85,55 @@ class EngineProxy:
                     conn.shutdown(socket.SHUT_RDWR)
                 conn.close()
             self._conns.clear()
+        self._flowing.set()  # what a frozen pipe held meets a closed socket: its thread ends
         # leave the socket file behind, as a crashed engine does: connecting is refused
         self._thread.join(timeout=5)
 
     def close(self) -> None:
         if not self._cut.is_set():
             self.cut()
+
+
+class EngineProxy(SocketProxy):
+    """A Unix socket at ``path`` before the engine's."""
+
+    def __init__(self, path: Path, engine: str = ENGINE) -> None:
+        self.path = path
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+
+        def connect() -> socket.socket:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(engine)
+            except OSError:
+                upstream.close()
+                raise
+            return upstream
+
+        super().__init__(listener, connect)
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    def close(self) -> None:
+        super().close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+
+class TcpProxy(SocketProxy):
+    """A port of its own on 127.0.0.1 before a server's port there."""
+
+    def __init__(self, port: int) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        self.port: int = listener.getsockname()[1]
+
+        def connect() -> socket.socket:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+            upstream.settimeout(None)  # an idle connection waits as long as its client does
+            return upstream
+
+        super().__init__(listener, connect)

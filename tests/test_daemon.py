@@ -196,7 +196,10 @@ def test_serves_health_metrics_and_reloads_on_sighup(daemons: Daemons, tmp_path:
     write_catalogue(catalogue, [HEALTHY, TOOL_MISSING])
     d = daemons.start(catalogue)
     assert d.get("/healthz").json() == {"status": "ok"}
-    assert d.get("/readyz").json() == {"ready": True, "checks": {"store": "ok", "engine": "ok"}}
+    ready = d.get("/readyz").json()
+    assert (ready["ready"], ready["checks"]) == (True, {"store": "ok", "engine": "ok"}), ready
+    assert set(ready["age_s"]) == {"store", "engine"}  # how old each answer is
+    assert all(age >= 0 for age in ready["age_s"].values()), ready
 
     def state(env_id: str) -> tuple[str, bool] | None:
         with d.store() as store:

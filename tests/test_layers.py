@@ -1,8 +1,10 @@
 """The layout's rules hold on the real import graph (ARCHITECTURE.md): the contracts in
-pyproject.toml are kept, a wrong import breaks them, and no two modules import each other."""
+pyproject.toml are kept, a wrong import breaks them, and no two modules import each other,
+in envcheck/ nor among the benches in bench/."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -68,3 +70,58 @@ def test_no_two_modules_import_each_other() -> None:
             if chain is not None:
                 cycles.append(" -> ".join((module, *chain)))
     assert cycles == []
+
+
+def bench_imports(folder: Path) -> dict[str, set[str]]:
+    """Which of the folder's modules each of them imports (function-level imports count).
+    The benches run as scripts with their folder on ``sys.path``: ``from common import``."""
+    files = {path.stem: path for path in sorted(folder.glob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.partition(".")[0])
+        graph[name] = found & set(files) - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that its target imports back, through any chain: ``a -> b -> ... -> a``."""
+    def chain(start: str, goal: str) -> list[str] | None:
+        paths, seen = [[start]], {start}
+        while paths:
+            path = paths.pop(0)
+            if path[-1] == goal:
+                return path
+            for step in sorted(graph[path[-1]] - seen):
+                seen.add(step)
+                paths.append([*path, step])
+        return None
+
+    return [" -> ".join((module, *back)) for module in sorted(graph)
+            for imported in sorted(graph[module])
+            if (back := chain(imported, module)) is not None]
+
+
+def test_no_two_benches_import_each_other() -> None:
+    graph = bench_imports(ROOT / "bench")
+    assert graph["catalogue"] >= {"common"} and graph["metrics"] >= {"daemon"}, graph
+    assert import_cycles(graph) == []
+
+
+def test_a_bench_importing_back_is_a_cycle(tmp_path: Path) -> None:
+    (tmp_path / "daemon.py").write_text("from common import x\n", encoding="utf-8")
+    (tmp_path / "catalogue.py").write_text(
+        "import common\n\ndef side():\n    from daemon import running\n", encoding="utf-8")
+    (tmp_path / "common.py").write_text("def f():\n    import catalogue.sub\n",
+                                        encoding="utf-8")
+    assert import_cycles(bench_imports(tmp_path)) == [
+        "catalogue -> common -> catalogue",
+        "catalogue -> daemon -> common -> catalogue",
+        "common -> catalogue -> common",
+        "daemon -> common -> catalogue -> daemon",
+    ]
+

@@ -40,6 +40,7 @@ from ray.cluster_utils import Cluster
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
 from envcheck.catalogue.probe_specs import AdaptiveDepth
+from envcheck.core.readiness import Check, Readiness
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.base import RayOptions
 from envcheck.executors.cycle import new_run_id, run_cycle
@@ -407,6 +408,27 @@ def test_the_depth_advice_travels_with_the_task(executor: RayExecutor, store: St
     time.sleep(1.0)  # the clean streak must have begun light_after_s ago
     light = check()
     assert modes == ["full", "full"] and (light["mode"], light["runs"]) == ("light", 2), light
+
+
+def test_readiness_watches_the_cluster_from_its_own_thread(fleet: Fleet,
+                                                          executor: RayExecutor) -> None:
+    """The daemon's /readyz reads what a watcher thread heard from the executor's ping: on
+    Ray too, ok from that thread, and why not when no live node can run a check."""
+    nowhere = RayExecutor(RayOptions(address=fleet.cluster.address,
+                                     docker_resource="docker-nowhere"))
+    ready = Readiness({"ray": executor.ping, "nowhere": nowhere.ping}, interval_s=0.1)
+    ready.start()
+    try:
+        def answered() -> dict[str, Check] | None:
+            checks = ready.checks()
+            return checks if all(c.age_s is not None for c in checks.values()) else None
+
+        checks = wait_for(answered, timeout_s=60, what="both watchers' first answers")
+    finally:
+        ready.stop()
+    assert checks["ray"].status == "ok"
+    assert checks["nowhere"].status == \
+        "error: no live Ray node declares the 'docker-nowhere' resource"
 
 
 def test_check_with_an_unreachable_cluster_exits_3(cli_env: dict[str, str]) -> None:

@@ -169,7 +169,7 @@ def test_inflight_containers_reaped_once_engine_answers(
     caplog.set_level(logging.INFO, logger="envcheck.sandbox.docker")
     left = _outage_mid_probe(engine, real, executor, hang_env)
     engine.restore()
-    if answer == "ping":  # readiness checks (/readyz) reach the engine, as they are polled
+    if answer == "ping":  # the daemon's readiness watcher pings the engine every few seconds
         def reaped() -> bool:
             executor.ping()  # a removal the loaded engine did not finish waits for the next
             return not (left & _ids(real, LABEL_TAG))
