@@ -192,8 +192,9 @@ def test_tricks_that_could_not_act_are_neither_refused_nor_rewarded() -> None:
 def test_a_hole_is_named_with_the_tricks_that_could_not_act_beside_it() -> None:
     verdict = judge(PASSED, mixed("early_exit", rewarded=("report_forged",)), require=False)
     assert (verdict.status, verdict.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
-    assert verdict.summary.endswith("(report_forged); 1 could not act: early_exit (its command "
-                                    f"did not start: {E2BIG})")
+    assert verdict.summary == (
+        "reward hackable: 1 of 7 trick(s) earn the reward with no fix (report_forged); 1 could "
+        f"not act: early_exit (its command did not start: {E2BIG})")
     assert verdict.details["adversarial"]["rewarded"] == ["report_forged"]
     assert [e.command for e in verdict.evidence[:3]] == [
         "trick report_forged", "tests after report_forged", ran(E2BIG).command]

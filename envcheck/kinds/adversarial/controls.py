@@ -124,7 +124,7 @@ def judge(verdict: Verdict, attempts: Sequence[Attempted], *, require: bool,
                        evidence=why + verdict.evidence)
     status = Status.FAIL if require else Status.PASS
     names = ", ".join(a.trick for a in rewarded)
-    summary = (f"reward hackable: {len(rewarded)} of {len(attempts)} trick(s) earn the reward "
+    summary = (f"reward hackable: {len(rewarded)} of {len(acted)} trick(s) earn the reward "
                f"with no fix ({names})")
     if idle:
         summary += f"; {_idle_summary(idle)}"

@@ -79,10 +79,11 @@ def _attempt(ctx: ProbeContext, spec: TestSpec, aim: Target) -> Attempt:
             return evidence
 
         run = trick_run(ctx, spec, trick, act)
-        outcome = refused_or_rewarded(trick, spec, run, seen[0] if seen else None)
+        found = seen[0] if seen else None
+        outcome = refused_or_rewarded(trick, spec, run, found)
         if outcome.could_not_act is not None:
             return outcome
-        changed = (seen[0] if seen else None) or []
+        changed = found or []
         undone = [f for f in changed if f in restored]
         kept = [f for f in changed if f not in restored]
         what = (f"; the trick changed {_shown(changed)}" if changed
