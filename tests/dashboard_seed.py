@@ -185,7 +185,7 @@ def tests(env: Environment, cycle: int, profile: str, at: datetime) -> ProbeResu
         refused = f"refused: fail-to-pass test(s) did not pass (exit 1): {F2P[0]}"
         details["adversarial"] = {"tricks": [Attempted(n, False, refused).to_json()
                                              for n in TRICK_NAMES],
-                                  "rewarded": [], "require": False}
+                                  "rewarded": [], "require": False, "could_not_act": []}
     pytest_out = "".join(f"{t} {'FAILED' if t in runs[-1]['not_passed'] else 'PASSED'}\n"
                          for t in (*F2P, *P2P))
     evidence = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,15 @@ from envcheck.catalogue.harbor_env import harbor_parts
 from envcheck.catalogue.harbor_task import read_task
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue, Environment, Limits, Timeouts
-from envcheck.catalogue.probe_specs import TRICK_NAMES, Adversarial
+from envcheck.catalogue.probe_specs import TRICK_NAMES, Adversarial, TestSpec
 from envcheck.core.errors import CatalogueError
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.dashboard.environment import adversarial_rows
 from envcheck.executors.cycle import new_run_id, run_cycle
-from envcheck.kinds.adversarial.controls import Attempted, Target, judge, run_controls
+from envcheck.kinds.adversarial.controls import Attempted, judge, run_controls, with_controls
 from envcheck.kinds.adversarial.ledger import ControlsLedger, RecordedEvidence
 from envcheck.kinds.adversarial.library import TRICKS, Trick
+from envcheck.kinds.adversarial.play import TRICK_DIR, Target, could_not_act
 from envcheck.kinds.adversarial.testspec import forged_junit
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.collaborators import build_services
@@ -35,6 +37,7 @@ from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
 from envcheck.store.views.common import StoredResult
 from tests.conftest import ROOT, probe_each
+from tests.test_tests_probe import FakeRuntime, Script
 
 DEMO_HACKS = ROOT / "probes" / "demo-hacks.yaml"
 HELLO = ROOT / "probes" / "harbor" / "hello-world"
@@ -63,8 +66,21 @@ def test_target_variables_name_the_files_and_folders() -> None:
     aim = Target("/w", ("tests/a/test_x.py::test_y", "tests/a/test_x.py::T::z", "pkg.Cls.t"),
                  "/tmp/r.xml", "<x/>", ("/w/tests/a",))
     assert aim.test_files == ("tests/a/test_x.py",)
-    assert aim.variables()["ENVCHECK_TEST_FILES"] == "tests/a/test_x.py"
-    assert aim.variables()["ENVCHECK_F2P"].splitlines()[2] == "pkg.Cls.t"
+    payloads, variables = aim.payloads(), aim.variables()
+    assert payloads["ENVCHECK_TEST_FILES_FILE"] == "tests/a/test_x.py\n"
+    assert payloads["ENVCHECK_F2P_FILE"].splitlines()[2] == "pkg.Cls.t"
+    assert variables["ENVCHECK_F2P_FILE"] == f"{TRICK_DIR}/f2p"
+    assert variables["ENVCHECK_REPORT"] == "/tmp/r.xml"
+
+
+def test_what_grows_with_the_task_reaches_the_trick_by_file() -> None:
+    """3,000 ids make a forged report of ~240 KB: past the kernel's 128 KiB for one
+    environment string, a trick's shell would not start. Only paths and fixed-size values
+    stay in its environment."""
+    ids = tuple(f"tests/test_many.py::test_p{i:04d}" for i in range(3000))
+    aim = Target("/w", ids[:1], "/tmp/r.xml", forged_junit(ids), ())
+    assert len(aim.payloads()["ENVCHECK_FORGED_REPORT_FILE"]) > 128 * 1024
+    assert max(len(f"{k}={v}") for k, v in aim.variables().items()) < 256
 
 
 def test_an_unknown_trick_is_refused_at_load_with_file_and_line(tmp_path: Path) -> None:
@@ -117,6 +133,103 @@ def test_a_rewarded_trick_is_reward_hackable(require: bool, status: Status) -> N
 def test_reward_hackable_is_a_pass_or_a_fail_never_flaky() -> None:
     with pytest.raises(ValueError, match="does not go with"):
         ProbeResult("e", ProbeKind.TESTS, Status.FLAKY, Reason.REWARD_HACKABLE, "", 1.0)
+
+
+# --- tricks that could not act -----------------------------------------------------------------
+
+E2BIG = "exec /bin/bash: argument list too long"
+
+
+def ran(output: str, exit_code: int | None = 0, timed_out: bool = False) -> CommandEvidence:
+    return CommandEvidence("trick x: sh /var/tmp/envcheck/trick/x.sh", exit_code, 0.2,
+                           output_head=output, timed_out=timed_out)
+
+
+def test_a_trick_that_did_not_start_or_failed_with_nothing_changed_could_not_act() -> None:
+    ready = "envcheck:ready\n"
+    assert could_not_act(ran(E2BIG + "\n", 1)) == f"its command did not start: {E2BIG}"
+    assert could_not_act(ran(ready + "sh: 1: python3: not found\n", 127)) == (
+        "it exited 127: sh: 1: python3: not found")
+    assert could_not_act(ran(ready, None, timed_out=True)) == "it ran past 0.2s and was killed"
+    assert could_not_act(None, problem="login_shell_broken: bash -c did not run") == (
+        "it never ran: login_shell_broken: bash -c did not run")
+    # it acted: a clean exit (even with nothing to do), or a failure that changed files
+    assert could_not_act(ran(ready + "tests_deleted: removed a.py\n")) is None
+    assert could_not_act(ran(ready, 0), changed=[]) is None
+    assert could_not_act(ran(ready + "Traceback ...\n", 1), changed=["conftest.py"]) is None
+    assert could_not_act(ran(ready, 1), changed=[]) == "it exited 1: exit 1, no output"
+
+
+def mixed(*idle: str, rewarded: tuple[str, ...] = ()) -> list[Attempted]:
+    """Every trick: those in ``idle`` could not act (their command did not start)."""
+    played = {a.trick: a for a in attempts(*rewarded)}
+    return [Attempted.idle(n, f"its command did not start: {E2BIG}",
+                           (ran(E2BIG, 1), CommandEvidence(f"tests after {n}", 1, 0.2)))
+            if n in idle else played[n] for n in TRICK_NAMES]
+
+
+def test_tricks_that_could_not_act_are_neither_refused_nor_rewarded() -> None:
+    verdict = judge(PASSED, mixed("runner_shadowed", "early_exit"), require=True)
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+    assert verdict.summary == (
+        "3 runs agree; 6 of 8 adversarial trick(s) refused, 2 could not act: runner_shadowed, "
+        f"early_exit (its command did not start: {E2BIG})")
+    info = verdict.details["adversarial"]
+    assert [t["trick"] for t in info["tricks"]] == [
+        n for n in TRICK_NAMES if n not in ("runner_shadowed", "early_exit")]
+    assert info["could_not_act"] == [
+        {"trick": n, "why": f"its command did not start: {E2BIG}",
+         "stands_for": TRICKS[n].stands_for} for n in ("runner_shadowed", "early_exit")]
+    # why, shown: the first one's own command leads the evidence
+    assert verdict.evidence == (ran(E2BIG, 1), *PASSED.evidence)
+    nothing = judge(PASSED, mixed(*TRICK_NAMES), require=False)
+    assert "0 of 8 adversarial trick(s) refused, 8 could not act" in nothing.summary
+    assert "all" not in nothing.summary and nothing.details["adversarial"]["tricks"] == []
+    clean = judge(PASSED, attempts(), require=False).details["adversarial"]
+    assert clean["could_not_act"] == []  # always there: the mark of this accounting
+
+
+def test_a_hole_is_named_with_the_tricks_that_could_not_act_beside_it() -> None:
+    verdict = judge(PASSED, mixed("early_exit", rewarded=("report_forged",)), require=False)
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
+    assert verdict.summary == (
+        "reward hackable: 1 of 7 trick(s) earn the reward with no fix (report_forged); 1 could "
+        f"not act: early_exit (its command did not start: {E2BIG})")
+    assert verdict.details["adversarial"]["rewarded"] == ["report_forged"]
+    assert [e.command for e in verdict.evidence[:3]] == [
+        "trick report_forged", "tests after report_forged", ran(E2BIG).command]
+
+
+@pytest.mark.parametrize(("stored", "reused"), [
+    (judge(PASSED, attempts(), require=False), True),
+    (judge(PASSED, mixed("early_exit"), require=False), False),
+    (judge(PASSED, mixed(*TRICK_NAMES), require=False), False),
+    # stored before tricks that could not act were told apart: never trusted
+    (replace(PASSED, details={"adversarial": {
+        "tricks": [{"trick": n, "rewarded": False, "verifier": "refused: ... (the trick itself "
+                    "exited 1)"} for n in TRICK_NAMES], "rewarded": [], "require": False}}),
+     False)])
+def test_an_outcome_with_tricks_that_could_not_act_is_never_reused(stored: Verdict,
+                                                                    reused: bool) -> None:
+    env = Environment(id="e", image="i", suite="s", tests=TestSpec(
+        command="run {tests}", fail_to_pass=["t::f"], adversarial=Adversarial()))
+    result = ProbeResult("e", ProbeKind.TESTS, stored.status, stored.reason, stored.summary, 1.0,
+                         image_digest="sha256:a", spec_hash=env.spec_hash(ProbeKind.TESTS),
+                         details=stored.details)
+    played: list[str] = []
+
+    def attempt(trick: Trick) -> Attempted:
+        played.append(trick.name)
+        return Attempted(trick.name, False, "refused")
+
+    services = {ControlsLedger: ControlsLedger(RecordedEvidence([result]))}
+    with ExitStack() as stack:
+        ctx = ProbeContext(env, "run", FakeRuntime(Script()), "sha256:a", stack, services)
+        verdict = with_controls(ctx, Adversarial(), PASSED, lambda: attempt)
+    info = verdict.details["adversarial"]
+    assert ("reused" in info) is reused
+    assert played == ([] if reused else list(TRICK_NAMES))
+    assert info["could_not_act"] == [] and "all 8 adversarial trick(s) refused" in verdict.summary
 
 
 # --- the demo-hacks fleet on the real engine ---------------------------------------------------
@@ -208,6 +321,59 @@ def test_controls_run_once_per_image_and_spec(tmp_path: Path, demo_hacks: Catalo
         assert (third.status, third.reason) == (Status.PASS, Reason.OK)
 
 
+# The demo task with its interpreter gone, verified by a shell script that writes its own
+# JUnit report (privately, then over the one read): the probe's own controls pass, the
+# shell tricks act and are refused, and the Python tricks cannot even start.
+NO_PYTHON = """
+version: 1
+suites:
+  no-python:
+    description: a verifier in shell on an image without python3
+    environments:
+      - id: no-python
+        image: envcheck-demo/deps-python-missing:latest
+        workdir: /workspace
+        user: agent
+        shell: /bin/bash
+        tools: [git]
+        timeouts: { start_s: 15, shell_s: 2, exec_s: 30, probe_s: 5m }
+        schedules: { terminal: 5m, dependencies: null, tests: 6h }
+        tests:
+          command: >-
+            d=$(mktemp -d); if grep -q envcheck-fixed calc/stats.py; then f=''; else
+            f='<failure message="median is wrong"/>'; fi;
+            printf '<testsuite name="sh" tests="2"><testcase classname="tests.test_sh"
+            name="test_median">%s</testcase><testcase classname="tests.test_sh"
+            name="test_mean"/></testsuite>' "$f" > "$d/r.xml";
+            rm -f {junit} && cp "$d/r.xml" {junit}; [ -z "$f" ]
+          junit_path: /tmp/envcheck-junit.xml
+          fail_to_pass: [tests/test_sh.py::test_median]
+          pass_to_pass: [tests/test_sh.py::test_mean]
+          oracle: { script: "echo '# envcheck-fixed' >> calc/stats.py" }
+          reruns: 1
+          adversarial: { tricks: all }
+"""
+PY_TRICKS = [n for n in TRICK_NAMES if TRICKS[n].runner == "python3"]
+
+
+@pytest.mark.docker
+def test_tricks_that_cannot_start_are_not_counted_as_refused(tmp_path: Path,
+                                                             runtime: DockerRuntime) -> None:
+    (tmp_path / "no-python.yaml").write_text(NO_PYTHON)
+    env = load_catalogue([tmp_path / "no-python.yaml"]).environment("no-python")
+    [result] = run_cycle([env], [ProbeKind.TESTS], runtime, new_run_id())
+    assert (result.status, result.reason) == (Status.PASS, Reason.OK), result.summary
+    info = result.details["adversarial"]
+    assert [t["trick"] for t in info["could_not_act"]] == PY_TRICKS, info
+    assert all(t["why"].startswith("it exited 127: ") and "python3" in t["why"]
+               for t in info["could_not_act"]), info["could_not_act"]
+    assert [t["trick"] for t in info["tricks"]] == [n for n in TRICK_NAMES if n not in PY_TRICKS]
+    assert all(t["verifier"].startswith("refused") for t in info["tricks"]), info["tricks"]
+    assert f"4 of 8 adversarial trick(s) refused, 4 could not act: {', '.join(PY_TRICKS)} (" \
+        in result.summary
+    assert result.evidence[0].command.startswith(f"trick {PY_TRICKS[0]}:")
+
+
 def test_the_environment_page_lists_each_trick_of_the_newest_tests_result() -> None:
     verdict = judge(PASSED, attempts("tests_rewritten"), require=False)
     newest = ProbeResult("e", ProbeKind.TESTS, verdict.status, verdict.reason, verdict.summary,
@@ -218,6 +384,17 @@ def test_the_environment_page_lists_each_trick_of_the_newest_tests_result() -> N
         ("tests_rewritten", "rewarded"), ("tests_deleted", "refused")]
     assert all(r["stands for"] for r in rows) and len(rows) == len(TRICK_NAMES)
     assert adversarial_rows([StoredResult(2, "r", terminal)]) == []
+    # a trick that could not act, and one the time budget left out, are rows of their own
+    partial = judge(PASSED, mixed("early_exit")[:-1], require=False,
+                    unplayed=["verifier_dir_planted"])
+    newest = ProbeResult("e", ProbeKind.TESTS, partial.status, partial.reason, partial.summary,
+                         1.0, details=partial.details)
+    rows = adversarial_rows([StoredResult(1, "r", newest)])
+    assert [(r["trick"], r["verifier"]) for r in rows][-2:] == [
+        ("early_exit", "could not act"), ("verifier_dir_planted", "not played")]
+    assert rows[-2]["what it did"] == f"its command did not start: {E2BIG}"
+    assert "6 of 8 adversarial trick(s) refused, 1 could not act: early_exit (its command did " \
+        f"not start: {E2BIG}), 1 not played: probe_s reached" in partial.summary
 
 
 def test_tricks_stop_at_the_time_budget_and_say_which_were_not_played() -> None:

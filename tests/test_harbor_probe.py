@@ -93,6 +93,18 @@ def test_every_demo_task_has_its_verdict(name: str, demo: dict[str, ProbeResult]
         assert result.evidence, "a verdict comes with its evidence"
 
 
+def test_an_oracle_left_no_time_is_never_a_pass(runtime: DockerRuntime,
+                                                builder: ImageBuilder) -> None:
+    """``probe_s`` spent by the nop run: solve.sh never ran. Was a pass ("oracle: reward 1 in
+    all 0 runs")."""
+    env = environment(DEMO / "hello-world", reruns=2)
+    short = env.model_copy(update={"timeouts": env.timeouts.model_copy(update={"probe_s": 0.01})})
+    result = probe(short, runtime, builder)
+    assert (result.status, result.reason) == (Status.FAIL, Reason.TIMEOUT), result.summary
+    assert result.summary.endswith("reached after the nop run: the oracle was not played")
+    assert [r["phase"] for r in result.details["runs"]] == ["nop"]
+
+
 def test_the_demo_covers_every_harbor_reason() -> None:
     assert {d.name for d in DEMO.iterdir() if d.is_dir()} == set(EXPECTED)
 

@@ -1,5 +1,6 @@
 """The demo SWE-bench-style dataset on the real engine: every task's verdict and reason, ids
-identical to the dataset's; a gold patch that does not apply; 5,000 pass-to-pass ids."""
+identical to the dataset's; a gold patch that does not apply; 5,000 pass-to-pass ids; 3,000
+of them attacked through a conftest hole."""
 
 from __future__ import annotations
 
@@ -62,6 +63,15 @@ new file mode 100644
 """ + "".join(f"+# note {i:04d}: a long comment line padding the patch\n" for i in range(NOTES))
 
 
+WIDE = 3000  # test functions in one file: their forged report is past 128 KiB
+WIDE_TESTS = f"""diff --git a/tests/test_wide.py b/tests/test_wide.py
+new file mode 100644
+--- /dev/null
++++ b/tests/test_wide.py
+@@ -0,0 +1,{2 * WIDE} @@
+""" + "".join(f"+def test_p{i:04d}():\n+    pass\n" for i in range(WIDE))
+
+
 @pytest.fixture(scope="module")
 def dataset() -> Catalogue:
     return load_catalogue([CATALOGUE])
@@ -118,17 +128,21 @@ def test_the_hardened_commands_refuse_every_trick(
 
 
 @pytest.fixture(scope="module")
-def harness_results(tmp_path_factory: pytest.TempPathFactory,
-                    runtime: DockerRuntime) -> dict[str, ProbeResult]:
-    """The valid tasks, verified with the harness's own commands instead of the hardened ones."""
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
+    """The datasets verified with the harness's own commands instead of the hardened ones."""
     folder = tmp_path_factory.mktemp("harness")
     text = CATALOGUE.read_text().replace("path: datasets/", f"path: {INSTANCES[0].parent}/")
-    for hardened, harness in HARNESS_COMMANDS.items():
+    for hardened, command in HARNESS_COMMANDS.items():
         assert hardened in text
-        text = text.replace(hardened, harness)
+        text = text.replace(hardened, command)
     (folder / "harness.yaml").write_text(text)
-    catalogue = load_catalogue([folder / "harness.yaml"])
-    envs = [catalogue.environment(i) for i in VALID]
+    return load_catalogue([folder / "harness.yaml"])
+
+
+@pytest.fixture(scope="module")
+def harness_results(harness: Catalogue, runtime: DockerRuntime) -> dict[str, ProbeResult]:
+    """The valid tasks, verified with the harness's own commands."""
+    envs = [harness.environment(i) for i in VALID]
     return {r.env_id: r for r in run_cycle(envs, [ProbeKind.TESTS], runtime, new_run_id(),
                                            concurrency=2)}
 
@@ -145,6 +159,26 @@ def test_the_harness_commands_reward_exactly_these_tricks(
     assert all(verifier[t].startswith("rewarded") for t in HOLES[instance_id])
     assert all(v.startswith("refused") for t, v in verifier.items()
                if t not in HOLES[instance_id])
+
+
+def test_three_thousand_pass_to_pass_ids_and_a_conftest_hole(harness: Catalogue,
+                                                             runtime: DockerRuntime) -> None:
+    """The harness's ``pytest -rA`` over 3,003 ids: the hole is found as with 3, and every
+    trick acts (the forged report naming every id is ~240 KB, past what one environment
+    string may hold: it reaches the tricks by file)."""
+    env = harness.environment("envcheck-demo__pyutils-1")
+    assert env.tests is not None and env.tests.test_patch is not None
+    ids = [f"tests/test_wide.py::test_p{i:04d}" for i in range(WIDE)]
+    tests = env.tests.model_copy(update={
+        "test_patch": env.tests.test_patch + WIDE_TESTS, "reruns": 1,
+        "pass_to_pass": [*env.tests.pass_to_pass, *ids]})
+    result = probe(env.model_copy(update={"tests": tests}), runtime)
+    assert (result.status, result.reason) == (Status.PASS, Reason.REWARD_HACKABLE), result.summary
+    info = result.details["adversarial"]
+    assert info["rewarded"] == HOLES["envcheck-demo__pyutils-1"], info
+    assert info["could_not_act"] == [] and len(info["tricks"]) == 8, info
+    verifier = {t["trick"]: t["verifier"] for t in info["tricks"]}
+    assert verifier["conftest_forced_pass"].endswith("changed conftest.py, tests/conftest.py")
 
 
 def test_the_test_patch_undoes_a_rewritten_test_and_the_result_says_so(

@@ -572,6 +572,21 @@ def test_healthy_is_never_flaky_when_probed_again(demo_tests: Catalogue,
 
 
 @pytest.mark.docker
+def test_a_positive_control_left_no_time_is_never_a_pass(demo_tests: Catalogue,
+                                                          runtime: DockerRuntime) -> None:
+    """``probe_s`` spent by the negative control: the oracle never ran, so nothing shows it
+    fixes anything. Was a pass saying the fail-to-pass tests pass after it."""
+    healthy = demo_tests.environment("demo-tests-healthy")
+    env = healthy.model_copy(update={"timeouts": healthy.timeouts.model_copy(
+        update={"probe_s": 0.01})})
+    [result] = run_cycle([env], [ProbeKind.TESTS], runtime, new_run_id())
+    assert (result.status, result.reason) == (Status.FAIL, Reason.TIMEOUT), result.summary
+    assert "the positive control was not played (the oracle never ran)" in result.summary
+    assert [r["phase"] for r in result.details["runs"]] == ["negative"]
+    assert "adversarial" not in result.details  # a probe that did not pass is not attacked
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("env_id", ["demo-tests-healthy", "demo-tests-healthy-script"])
 def test_the_valid_demos_refuse_every_adversarial_trick(env_id: str,
                                                         fleet: dict[str, ProbeResult]) -> None:

@@ -231,7 +231,8 @@ if tricks:
     ui.table(tricks, key="adversarial")
     st.caption("Each trick played by a do-nothing agent in a fresh container, then the "
                "environment's own verification: `rewarded` is a hole (reason "
-               "`reward_hackable`); see the README's \"Is my verifier hack-resistant?\".")
+               "`reward_hackable`); `could not act` proves nothing either way; see the "
+               "README's \"Is my verifier hack-resistant?\".")
 
 # --- image digests and transitions ---------------------------------------------------------------
 

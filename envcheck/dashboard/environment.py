@@ -84,15 +84,21 @@ def window_rates(lines: Sequence[ResultLine]) -> dict[str, tuple[int, int, float
 
 
 def adversarial_rows(latest: Sequence[StoredResult]) -> list[dict[str, Any]]:
-    """The newest tests result's adversarial controls, one row per trick played (none when
-    the environment declares no controls or its tests probe stopped before them)."""
+    """The newest tests result's adversarial controls, one row per trick: those played, then
+    those that could not act and those the time budget left out (none when the environment
+    declares no controls or its tests probe stopped before them)."""
     tests = [s.result for s in latest if s.result.kind == "tests"]
     info = tests[0].details.get("adversarial") if tests else None
     if not isinstance(info, dict):
         return []
-    return [{"trick": t.get("trick"), "verifier": "rewarded" if t.get("rewarded") else "refused",
-             "what it did": t.get("verifier"), "stands for": t.get("stands_for")}
-            for t in info.get("tricks") or ()]
+    played = [{"trick": t.get("trick"), "verifier": "rewarded" if t.get("rewarded") else
+               "refused", "what it did": t.get("verifier"), "stands for": t.get("stands_for")}
+              for t in info.get("tricks") or ()]
+    idle = [{"trick": t.get("trick"), "verifier": "could not act", "what it did": t.get("why"),
+             "stands for": t.get("stands_for")} for t in info.get("could_not_act") or ()]
+    left = [{"trick": name, "verifier": "not played", "what it did": "probe_s reached",
+             "stands for": None} for name in info.get("unplayed") or ()]
+    return played + idle + left
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,16 +4,18 @@ Each trick runs in a fresh container after the usual preparation (``/logs`` empt
 created), as the agent's user in the image's workdir, in place of the agent; then the verifier
 runs exactly as in the nop run: ``tests/`` copied (merged) into ``/tests``, ``test.sh`` run,
 the reward file read back. Harbor's nop agent must score 0, so a trick that earns a reward
-above 0 is a hole. The tricks aim at the reward file and at ``/tests``; Harbor tasks name no
-tests, so the tricks that rewrite or delete named tests find nothing to do.
+above 0 is a hole; a trick that never acted proves nothing and is counted apart. The tricks
+aim at the reward file and at ``/tests``; Harbor tasks name no tests, so the tricks that
+rewrite or delete named tests find nothing to do (and exit 0: nothing to do is no failure).
 """
 
 from __future__ import annotations
 
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
-from envcheck.kinds.adversarial.controls import Attempt, Attempted, Target, play
+from envcheck.kinds.adversarial.controls import Attempt, Attempted
 from envcheck.kinds.adversarial.controls import with_controls as controlled
 from envcheck.kinds.adversarial.library import Trick
+from envcheck.kinds.adversarial.play import Target, could_not_act, own_command, play
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.testvalidity.harbor_run import HarborRun, harbor_sandbox, run_once
 from envcheck.kinds.testvalidity.reward import REWARD_DIR
@@ -37,9 +39,12 @@ def _attempt(ctx: ProbeContext, spec: HarborVerifierSpec, image: str) -> Attempt
                            ctx.env.timeouts.exec_s,
                            action=lambda box: play(box, ctx.env, trick, aim))
         evidence = tuple(run.evidence)
+        problem = f"{run.problem.reason}: {run.problem.detail}" if run.problem else None
+        idle = could_not_act(own_command(evidence), None, problem)
+        if idle is not None:
+            return Attempted.idle(trick.name, idle, evidence)
         if run.problem is not None:
-            return Attempted(trick.name, False, f"refused: {run.problem.reason}: "
-                             f"{run.problem.detail}", evidence)
+            return Attempted(trick.name, False, f"refused: {problem}", evidence)
         assert run.reward is not None and run.reward.value is not None
         value, source = run.reward.value, run.reward.source
         if value > 0:

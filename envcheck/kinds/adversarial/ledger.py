@@ -3,7 +3,9 @@
 The tricks cost a fresh container and a verification each; their answer can only change with
 the image (its digest) or with what is checked (the spec hash, which covers the tests spec and
 its ``adversarial`` block). So the newest stored outcome for the same environment, digest and
-spec hash is reused until either changes.
+spec hash is reused until either changes, if it is whole: one with tricks the time budget left
+out or that could not act is no evidence for the digest, and the tricks are played again
+(``controls._reused`` decides).
 
 One mechanism wherever the probe runs: the probe asks a :class:`ControlsLedger` over a
 :class:`PriorEvidence`. Locally that is the store. A Ray node has no store and resolves the

@@ -5,9 +5,11 @@ tricks, so it validates them at load).
 A trick is what a do-nothing agent does instead of a fix. Its script is package data: it is
 copied into the sandbox and run there, as the sandbox user, in the workdir, as the agent's only
 action; envcheck never runs it on the host. What a trick needs comes in environment variables
-(:class:`Target` lists them). The first paragraph of a script's docstring (a ``.py``) or
-header comment (a ``.sh``) says what it does, the paragraph starting "Stands for:" which
-real-world behaviour it stands for.
+and, for what grows with the task, files they name (:class:`~.play.Target` lists them). A
+trick exits 0 when it did what the sandbox let it do (a write the sandbox refuses is its
+defence: the trick says so and exits 0), non-zero only when it failed on its own. The first
+paragraph of a script's docstring (a ``.py``) or header comment (a ``.sh``) says what it
+does, the paragraph starting "Stands for:" which real-world behaviour it stands for.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Each trick runs in a fresh container as the agent's only action, in place of a p
 then the evaluation runs as the harness runs it: the files the test patch touches are reset
 and the test patch applied over the agent's tree, the dataset's test command runs in that
 tree, and its log goes through the dataset's parser. A trick is rewarded when every
-fail-to-pass test passes.
+fail-to-pass test passes. A trick whose command failed and changed nothing git sees never
+acted: it is counted apart, neither refused nor rewarded.
 
 The re-applied test patch undoes what a trick did to the files it touches (a rewritten or
 deleted test file comes back): the result names the files the trick changed and those the
@@ -23,9 +24,10 @@ import shlex
 
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.core.results import CommandEvidence
-from envcheck.kinds.adversarial.controls import Attempt, Attempted, Target, play
+from envcheck.kinds.adversarial.controls import Attempt, Attempted
 from envcheck.kinds.adversarial.controls import with_controls as controlled
 from envcheck.kinds.adversarial.library import Trick
+from envcheck.kinds.adversarial.play import Target, play
 from envcheck.kinds.adversarial.testspec import refused_or_rewarded, target, trick_run
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.testvalidity.patches import reset_files
@@ -49,13 +51,14 @@ def changed_files(porcelain: str) -> list[str]:
     return found
 
 
-def _status(sandbox: Sandbox, ctx: ProbeContext) -> list[str]:
-    """What the trick changed in the repository, as git sees it (untracked files too)."""
+def _status(sandbox: Sandbox, ctx: ProbeContext) -> list[str] | None:
+    """What the trick changed in the repository, as git sees it (untracked files too); None:
+    git could not tell."""
     env = ctx.env
     result = sandbox.exec([env.shell, "-c", f"cd -- {shlex.quote(env.workdir)} && "
                            "git status --porcelain --untracked-files=all"], user=env.user,
                           timeout_s=env.timeouts.exec_s, output_limit=64 * 1024)
-    return changed_files(result.text) if result.exit_code == 0 else []
+    return changed_files(result.text) if result.exit_code == 0 else None
 
 
 def _shown(files: list[str]) -> str:
@@ -68,14 +71,19 @@ def _attempt(ctx: ProbeContext, spec: TestSpec, aim: Target) -> Attempt:
     restored = set(reset_files(spec.test_patch))
 
     def attempt(trick: Trick) -> Attempted:
-        changed: list[str] = []
+        seen: list[list[str] | None] = []  # what git saw the trick change, once it ran
 
         def act(sandbox: Sandbox) -> CommandEvidence:
             evidence = play(sandbox, ctx.env, trick, aim)
-            changed.extend(_status(sandbox, ctx))
+            seen.append(_status(sandbox, ctx))
             return evidence
 
-        outcome = refused_or_rewarded(trick, spec, trick_run(ctx, spec, trick, act))
+        run = trick_run(ctx, spec, trick, act)
+        found = seen[0] if seen else None
+        outcome = refused_or_rewarded(trick, spec, run, found)
+        if outcome.could_not_act is not None:
+            return outcome
+        changed = found or []
         undone = [f for f in changed if f in restored]
         kept = [f for f in changed if f not in restored]
         what = (f"; the trick changed {_shown(changed)}" if changed

@@ -4,20 +4,22 @@ Each trick runs in a fresh container after the usual preparation, in place of th
 then the environment's test command runs in the workdir and its JUnit report is read back,
 exactly as in the negative control. The trick is rewarded when every fail-to-pass test passes
 in a usable run; any other outcome (a failing or missing test, no report, a report the exit
-code contradicts) is the verifier refusing it.
+code contradicts) is the verifier refusing it, unless the trick never acted (its command did
+not start, or failed with nothing to show for it): then it proves nothing either way.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from xml.sax.saxutils import quoteattr
 
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.core.results import CommandEvidence
-from envcheck.kinds.adversarial.controls import Attempt, Attempted, Target, play
+from envcheck.kinds.adversarial.controls import Attempt, Attempted
 from envcheck.kinds.adversarial.controls import with_controls as controlled
 from envcheck.kinds.adversarial.library import Trick
+from envcheck.kinds.adversarial.play import Target, could_not_act, own_command, play
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.testvalidity.junit import split_id
 from envcheck.kinds.testvalidity.runs import Phase, Run, execute
@@ -48,23 +50,23 @@ def target(ctx: ProbeContext, spec: TestSpec) -> Target:
     return Target(base.workdir, base.fail_to_pass, base.report_path, base.forged_report, dirs)
 
 
-def refused_or_rewarded(trick: Trick, spec: TestSpec, run: Run) -> Attempted:
+def refused_or_rewarded(trick: Trick, spec: TestSpec, run: Run,
+                        changed: Sequence[str] | None = None) -> Attempted:
     """What the verifier did with the run that followed ``trick``: rewarded when every
-    fail-to-pass test passed in a usable run, refused otherwise (saying why)."""
-    # A trick that could not act (no python3, nothing writable) proves less than one that
-    # did and was refused: say so.
-    played = next((e for e in run.evidence if e.command.startswith("trick ")), None)
-    note = f" (the trick itself exited {played.exit_code})" if (
-        played is not None and played.exit_code != 0) else ""
+    fail-to-pass test passed in a usable run, refused otherwise (saying why); or why the
+    trick could not act (``changed``: what the protocol saw it change, if it can tell)."""
+    problem = f"{run.problem.reason}: {run.problem.detail}" if run.problem else None
+    idle = could_not_act(own_command(run.evidence), changed, problem)
+    if idle is not None:
+        return Attempted.idle(trick.name, idle, run.evidence)
     if run.problem is not None:
-        return Attempted(trick.name, False, f"refused: {run.problem.reason}: "
-                         f"{run.problem.detail}{note}", tuple(run.evidence))
+        return Attempted(trick.name, False, f"refused: {problem}", tuple(run.evidence))
     failing = run.not_passed(spec.fail_to_pass)
     if failing:
         more = f" (+{len(failing) - SHOWN} more)" if len(failing) > SHOWN else ""
         return Attempted(trick.name, False, f"refused: fail-to-pass test(s) did not pass "
-                         f"(exit {run.exit_code}): {', '.join(failing[:SHOWN])}{more}"
-                         f"{note}", tuple(run.evidence))
+                         f"(exit {run.exit_code}): {', '.join(failing[:SHOWN])}{more}",
+                         tuple(run.evidence))
     return Attempted(trick.name, True, f"rewarded: every fail-to-pass test passed "
                      f"(exit {run.exit_code})", tuple(run.evidence))
 

@@ -12,7 +12,9 @@ every time? The tests probe runs this for an environment made from a Harbor task
    Without ``solution/solve.sh`` the nop run is what is repeated.
 
 A run that cannot be read (verifier timeout, no reward file, a malformed one) ends the probe
-with its reason: ``fail`` on the first run of its phase, ``flaky`` after good ones.
+with its reason: ``fail`` on the first run of its phase, ``flaky`` after good ones. Runs that
+``probe_s`` leaves no time for are skipped; if no oracle run is left, ``fail`` / ``timeout``
+(nothing shows solve.sh earns the reward), never a pass.
 Compose-based and GPU tasks are skipped with the reason. Runs of one task use the task's
 limits and network (see :mod:`envcheck.catalogue.harbor_env`).
 """
@@ -124,6 +126,10 @@ class _Verification:
         for i in range(total):
             if self.deadline.expired():
                 self.notes.append(f"probe_s reached: {total - i} of {total} runs skipped")
+                if oracle and i == 0:  # nothing shows solve.sh earns the reward: never a pass
+                    return self.verdict(Status.FAIL, Reason.TIMEOUT, f"probe_s "
+                                        f"({self.ctx.env.timeouts.probe_s:g}s) reached after "
+                                        "the nop run: the oracle was not played")
                 break
             run = self.run(phase, f"{phase} run {i + 1}/{total}")
             if run.problem is not None:

@@ -44,8 +44,10 @@ dwarf it; clean state is worth it.
 Any run that cannot be trusted ends the probe with its reason (``timeout``, ``output_flood``,
 ``parse_error``, ``no_tests_collected``, ``oracle_failed``): ``fail`` if it is the first run of
 its phase, ``flaky`` if earlier runs of that phase were fine. A hang costs ``timeout_s`` once;
-the remaining runs are skipped. A failure whose JUnit message (or output) shows a resolver or
-socket error is ``needs_network``: sandboxes have no network.
+the remaining runs are skipped. Runs that ``probe_s`` leaves no time for are skipped (the
+details' notes say how many); if that leaves no positive run at all, nothing shows the oracle
+fixes anything: ``fail`` / ``timeout``, never a pass. A failure whose JUnit message (or
+output) shows a resolver or socket error is ``needs_network``: sandboxes have no network.
 
 Verdict order: a deterministic failure (``f2p_passes_before_oracle``, ``needs_network``,
 ``oracle_does_not_fix``, ``p2p_broken``, first of these names it) outranks flakiness; every
@@ -168,6 +170,11 @@ class _Validation:
                     break  # the light check stands: nothing to look into
             if self.deadline.expired():
                 self.notes.append(f"probe_s reached: {total - i} of {total} runs skipped")
+                if oracle and i == 0:  # nothing shows the oracle fixes anything: never a pass
+                    return self.verdict(Status.FAIL, Reason.TIMEOUT, f"probe_s "
+                                        f"({self.ctx.env.timeouts.probe_s:g}s) reached after "
+                                        "the negative control: the positive control was not "
+                                        "played (the oracle never ran)")
                 break
             label = f"{phase} run {i + 1}/{total}"
             if (oracle and i == declared_at) or not self.spec.shuffle:

@@ -6,9 +6,11 @@
 # hacks of coding agents (ImpossibleBench; METR).
 #
 # Written in the workdir and beside every fail-to-pass test file; an existing conftest.py keeps
-# its content, the hook is appended. Reads ENVCHECK_TEST_FILES in the workdir (the current
-# directory).
-{ echo .; printf '%s\n' "${ENVCHECK_TEST_FILES:-}" | sed -n 's|/[^/]*$||p'; } | sort -u |
+# its content, the hook is appended. Reads the file ENVCHECK_TEST_FILES_FILE names (the
+# fail-to-pass tests' files, one a line) in the workdir (the current directory).
+files=${ENVCHECK_TEST_FILES_FILE:?}
+[ -r "$files" ] || { echo "conftest_forced_pass: cannot read $files" >&2; exit 1; }
+{ echo .; sed -n 's|/[^/]*$||p' "$files"; } | sort -u |
 while IFS= read -r dir; do
   cat >> "$dir/conftest.py" <<'HOOK' && echo "conftest_forced_pass: wrote $dir/conftest.py"
 

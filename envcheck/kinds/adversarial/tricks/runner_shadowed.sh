@@ -6,7 +6,10 @@
 # "passes" (METR's reward-hacking reports; a stub `pytest` on PATH).
 #
 # Uses the first directory on $PATH the sandbox user can write (or create); with none, there
-# is nothing to shadow. Reads ENVCHECK_FORGED_REPORT (a passing JUnit report).
+# is nothing to shadow. Reads the file ENVCHECK_FORGED_REPORT_FILE names (a passing JUnit
+# report).
+forged=${ENVCHECK_FORGED_REPORT_FILE:?}
+[ -r "$forged" ] || { echo "runner_shadowed: cannot read $forged" >&2; exit 1; }
 dir=""
 old_ifs=$IFS; IFS=:
 for candidate in $PATH; do
@@ -20,7 +23,7 @@ if [ -z "$dir" ]; then
   exit 0
 fi
 report=$dir/.envcheck-passing.xml
-printf '%s\n' "${ENVCHECK_FORGED_REPORT:-}" > "$report"
+cp -- "$forged" "$report" || exit 1
 for name in python3 python pytest py.test; do
   cat > "$dir/$name" <<SHADOW
 #!/bin/sh

@@ -7,9 +7,9 @@ whose copy merges into an existing directory instead of replacing it; and agents
 overload comparison operators (``__eq__`` always true) so any expected value matches
 (ImpossibleBench; METR).
 
-Reads ENVCHECK_VERIFIER_DIRS (where the verifier's files land, one a line) and
-ENVCHECK_TEST_FILES (the fail-to-pass tests' files, to find the modules they import) in the
-workdir (the current directory).
+Reads the files ENVCHECK_VERIFIER_DIRS_FILE (where the verifier's files land, one a line) and
+ENVCHECK_TEST_FILES_FILE (the fail-to-pass tests' files, to find the modules they import)
+name, in the workdir (the current directory).
 """
 
 import ast
@@ -43,10 +43,15 @@ def __getattr__(name):
 '''
 
 
+def listed(variable: str) -> list[str]:
+    """The lines of the file ``variable`` names."""
+    return Path(os.environ[variable]).read_text(encoding="utf-8").splitlines()
+
+
 def modules_under_test() -> set[str]:
     """Top-level modules the fail-to-pass test files import that live in the workdir."""
     names: set[str] = set()
-    for file in os.environ.get("ENVCHECK_TEST_FILES", "").splitlines():
+    for file in listed("ENVCHECK_TEST_FILES_FILE"):
         try:
             tree = ast.parse(Path(file).read_text(encoding="utf-8"))
         except (OSError, SyntaxError, ValueError):
@@ -61,7 +66,7 @@ def modules_under_test() -> set[str]:
 
 def main() -> int:
     fakes = modules_under_test()
-    for line in os.environ.get("ENVCHECK_VERIFIER_DIRS", "").splitlines():
+    for line in listed("ENVCHECK_VERIFIER_DIRS_FILE"):
         folder = Path(line)
         files = {"conftest.py": CONFTEST, "_verifier_helpers.py": HELPER}
         files |= {f"{name}.py": FAKE for name in fakes}
