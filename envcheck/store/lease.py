@@ -27,19 +27,18 @@ import fcntl
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, event, make_url
 from sqlalchemy.exc import ArgumentError
 
 from envcheck.core.errors import LeaseHeld, StoreError
+from envcheck.store.holder import Holder, Lock
 from envcheck.store.urls import normalise_url
 
 __all__ = ["FENCED", "POLL_S", "Holder", "StoreLease"]
@@ -50,54 +49,6 @@ POLL_S = 1.0  # how often a standby tries the lease, and the holder checks it is
 FENCED = "the store's lease is lost: this daemon writes nothing until it holds it again"
 # Statements a fenced store still runs: reads (the API, the metrics, /readyz go on).
 _READS = ("SELECT", "PRAGMA", "SHOW", "EXPLAIN")
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who holds a lease: enough for an operator to find the process."""
-
-    host: str
-    pid: int
-    since: datetime
-
-    @classmethod
-    def me(cls) -> Holder:
-        return cls(socket.gethostname(), os.getpid(), datetime.now(UTC).replace(microsecond=0))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "since": self.since.isoformat()}
-
-    @classmethod
-    def of(cls, doc: Any) -> Holder | None:
-        """From :meth:`as_dict`'s form; None if it is not that."""
-        try:
-            return cls(str(doc["host"]), int(doc["pid"]), datetime.fromisoformat(doc["since"]))
-        except (TypeError, KeyError, ValueError):
-            return None
-
-    def __str__(self) -> str:
-        return f"host {self.host}, pid {self.pid}, since {self.since.isoformat()}"
-
-
-class Lock(Protocol):
-    """A lease's backend. Each call is bounded; a store that does not answer: StoreError."""
-
-    where: str  # for messages: the lock file, or the database without its password
-    previous: Holder | None  # who held it last before us, if the lock remembers
-
-    def try_lock(self, me: Holder) -> bool:
-        """Take the lock for ``me`` if it is free (any stale handle of ours dropped first)."""
-        ...
-
-    def holder(self) -> Holder | None:
-        """Who holds it now, if that can be told (None: free, or the holder not known)."""
-        ...
-
-    def held(self) -> bool:
-        """Is the lock still ours? False on any doubt."""
-        ...
-
-    def unlock(self) -> None: ...
 
 
 class FileLock:

@@ -23,7 +23,7 @@ from sqlalchemy import URL
 
 from envcheck.core.errors import StoreError
 from envcheck.store.database import open_failure, redact
-from envcheck.store.lease import Holder
+from envcheck.store.holder import Holder
 from envcheck.store.sql import PG_CONNECT_TIMEOUT_S
 
 __all__ = ["KEY", "AdvisoryLock", "application_name", "holder_of"]
