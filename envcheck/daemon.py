@@ -53,7 +53,7 @@ from envcheck.notify.config import WebhookConfig
 from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
-from envcheck.store.lease import Holder, StoreLease
+from envcheck.store.lease import StoreLease
 from envcheck.store.retention import Retention
 from envcheck.store.urls import default_database_url
 
@@ -164,7 +164,7 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     store = open_store(url)
     lease.guard(store.engine)
     stop, lost = threading.Event(), threading.Event()
-    lease.watch(stop, lambda holder: _lease_taken(lost, holder))
+    lease.watch(stop, lambda _holder: _stop_for_another(lost))  # the watch logs who
     executor = wait_for_executor(config.executor, stop, shapes=store)  # local: connects, reaps
     interrupted = store.interrupt_stale_runs(daemon_runs=True)  # under the lease: no other
     reaped = executor.reaped if isinstance(executor, LocalExecutor) else 0  # ray: per node
@@ -249,7 +249,7 @@ def _reread(paths: Sequence[Path], catalogue: Catalogue) -> Catalogue:
         return catalogue
 
 
-def _lease_taken(lost: threading.Event, holder: Holder | None) -> None:
+def _stop_for_another(lost: threading.Event) -> None:
     """Another daemon holds the store now (the lease's watch says so): stop as SIGTERM
     does, without waiting for probes whose results could not be written anyway."""
     lost.set()

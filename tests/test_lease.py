@@ -16,7 +16,8 @@ import pytest
 
 from envcheck.core.errors import LeaseHeld, StoreError
 from envcheck.store import Store, open_store
-from envcheck.store.lease import FENCED, Holder, StoreLease
+from envcheck.store.holder import Holder
+from envcheck.store.lease import FENCED, StoreLease
 from envcheck.store.pglease import application_name, holder_of
 from envcheck.store.store import new_run
 from envcheck.store.tables import CheckRun

@@ -41,7 +41,7 @@ from envcheck.core.errors import LeaseHeld, StoreError
 from envcheck.store.holder import Holder, Lock
 from envcheck.store.urls import normalise_url
 
-__all__ = ["FENCED", "POLL_S", "Holder", "StoreLease"]
+__all__ = ["FENCED", "POLL_S", "FileLock", "StoreLease", "lock_for"]
 
 log = logging.getLogger(__name__)
 

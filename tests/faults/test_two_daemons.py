@@ -30,7 +30,7 @@ from sqlmodel import Session, select
 from envcheck.notify.payloads import changes_alerts
 from envcheck.store import Store
 from envcheck.store.deliveries import DeliveryStatus
-from envcheck.store.lease import Holder
+from envcheck.store.holder import Holder
 from envcheck.store.pglease import KEY, application_name
 from envcheck.store.tables import ProbeResultRow, WebhookRow
 from tests.backends import PG_ADMIN
@@ -49,7 +49,7 @@ from tests.test_daemon import (
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 HOST = socket.gethostname()
-# what a first daemon logs while its webhook refuses (the second delivers)
+# what a daemon logs while its webhook refuses
 REFUSED = ("webhook delivery failed, retrying", "notification left pending")
 
 
@@ -169,11 +169,11 @@ def test_a_standby_takes_over_a_killed_daemon_with_nothing_lost_or_written_twice
         killed_at = datetime.now(UTC)
         first.proc.kill()
         first.proc.wait(timeout=30)
+        receiver.up.set()
         first.stderr.close()
         running = {r.id for r in runs_of(first, first.proc.pid) if r.state == "running"}
         written_by_first = {r.id for r in spans(first)
                             if r.run_id in {run.id for run in runs_of(first, first.proc.pid)}}
-        receiver.up.set()
 
         second.wait("the standby to take over",
                     lambda: second.get("/readyz").status_code == 200, timeout=90)
@@ -217,7 +217,7 @@ def test_a_standby_takes_over_a_killed_daemon_with_nothing_lost_or_written_twice
         "the alert pending at the kill is delivered, by the standby"
     assert daemons.containers(first.tag) == [], "the killed daemon's sandboxes reaped"
     assert problems(first, *REFUSED) == []
-    assert problems(second) == []
+    assert problems(second, *REFUSED) == []  # (a post of its may beat the receiver's return)
 
 
 def _lease_backend(url: str) -> int:
