@@ -15,12 +15,19 @@ count held and the store's reason, and 200 again once everything is written.
 ``/readyz`` reads what watcher threads last heard from the engine and the store
 (:mod:`envcheck.core.readiness`), never asks them itself: an engine or a database that does
 not answer makes it answer 503 "not answering for N s" at once, not hang.
+
+One daemon writes a store (:mod:`envcheck.store.lease`): the lease is taken before anything
+touches the store or the engine. Held by another daemon, the start is refused naming it, or,
+``standby``, waits for it (SIGTERM ends the wait), then reads the catalogue again. Lost while
+running, writes stop at once and the lease is taken back; if another daemon took it, this one
+stops (exit 3) without waiting for its probes: it may write nothing more.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -51,7 +58,9 @@ from envcheck.notify.config import WebhookConfig
 from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
+from envcheck.store.lease import StoreLease
 from envcheck.store.retention import Retention
+from envcheck.store.urls import default_database_url
 
 if TYPE_CHECKING:
     from envcheck.metrics import StoreMetrics
@@ -60,6 +69,7 @@ __all__ = ["DaemonConfig", "build_app", "run_daemon"]
 
 log = logging.getLogger("envcheck.daemon")
 
+EXIT_LEASE_LOST = 3  # the CLI's "could not check": another daemon writes the store now
 TIDY_INTERVAL_S = 5.0  # how often a local executor looks for an outage's leftovers
 PRUNE_FIRST_S = 300.0  # the first prune, after the start's catch-up (or sooner, if more often)
 
@@ -88,6 +98,7 @@ class DaemonConfig:
     # sandbox-seconds per hour: the fleet's, and (suite, seconds) per suite; None: no budget
     budget_s: float | None = None
     suite_budgets: tuple[tuple[str, float], ...] = ()
+    standby: bool = False  # the store's lease held by another daemon: wait for it, not exit
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
@@ -141,10 +152,20 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
 
     if catalogue is None:
         catalogue = load_catalogue(config.catalogue)
-    store = open_store(config.database)
-    stop = threading.Event()
+    url = config.database or default_database_url()
+    lease = StoreLease.of(url)
+    waited = _take_lease(lease, config.standby)
+    if waited is None:
+        log.info("daemon stopped while waiting for the store's lease")
+        return 0
+    if waited:  # the catalogue may have changed meanwhile (the holder had its reloads)
+        catalogue = _reread(config.catalogue, catalogue)
+    store = open_store(url)
+    lease.guard(store.engine)
+    stop, lost = threading.Event(), threading.Event()
+    lease.watch(stop, lambda _holder: _stop_for_another(lost))  # the watch logs who
     executor = wait_for_executor(config.executor, stop, shapes=store)  # local: connects, reaps
-    interrupted = store.interrupt_stale_runs()
+    interrupted = store.interrupt_stale_runs(daemon_runs=True)  # under the lease: no other
     reaped = executor.reaped if isinstance(executor, LocalExecutor) else 0  # ray: per node
     log.info("daemon starting", extra={"environments": len(catalogue.environments),
                                        "reaped": reaped, "interrupted_runs": interrupted,
@@ -187,13 +208,54 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
         log.info("daemon stopping")
         stop.set()
         readiness.stop()
-        scheduler.stop(config.grace_s, config.store_flush_s)
+        # the lease lost to another daemon: nothing more is written, so nothing to wait for
+        keep = 0.0 if lost.is_set() else 1.0
+        scheduler.stop(config.grace_s * keep, config.store_flush_s * keep)
         if notifier is not None:  # after the scheduler: its last window may alert too
-            notifier.stop(config.notify_flush_s)
+            notifier.stop(config.notify_flush_s * keep)
         executor.close()
         store.close()
+        lease.release()
         log.info("daemon stopped")
-    return 0
+    return EXIT_LEASE_LOST if lost.is_set() else 0
+
+
+def _take_lease(lease: StoreLease, standby: bool) -> float | None:
+    """The store's lease, before anything writes the store; how long it was waited for, or
+    None if SIGTERM or SIGINT ended the wait (SIGHUP is noted: the catalogue is read when
+    the lease is taken)."""
+    wait = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        _note_signal(signum, frame)
+        if signum != signal.SIGHUP:
+            wait.set()
+
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if standby else ()
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    try:
+        return lease.take(standby=standby, stop=wait)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _reread(paths: Sequence[Path], catalogue: Catalogue) -> Catalogue:
+    """The catalogue as it is now, after a wait; refused, the one read at the start."""
+    try:
+        return load_catalogue(paths, previous=catalogue)
+    except Exception as exc:  # whatever it is, the start's catalogue (checked) runs
+        issues = exc.issues if isinstance(exc, CatalogueError) else [exc]
+        log.error("catalogue refused, the old one keeps running",
+                  extra={"issues": [str(i) for i in issues]})
+        return catalogue
+
+
+def _stop_for_another(lost: threading.Event) -> None:
+    """Another daemon holds the store now (the lease's watch says so): stop as SIGTERM
+    does, without waiting for probes whose results could not be written anyway."""
+    lost.set()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _settle() -> None:

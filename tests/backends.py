@@ -36,14 +36,24 @@ def pg_database() -> Iterator[str]:
         yield name
 
 
+def emptied_pg_url(name: str) -> str:
+    """The URL of the session's database ``name``, emptied: every test starts from empty."""
+    dsn = PG_ADMIN.replace("dbname=test", f"dbname={name}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database of each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'envcheck.db'}"
-    name: str = request.getfixturevalue("pg_database")
-    dsn = PG_ADMIN.replace("dbname=test", f"dbname={name}")
-    with psycopg.connect(dsn, autocommit=True) as conn:  # every test starts from empty
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+    return emptied_pg_url(request.getfixturevalue("pg_database"))
+
+
+@pytest.fixture
+def pg_store_url(pg_database: str) -> str:
+    """An empty PostgreSQL database, for what only PostgreSQL has."""
+    return emptied_pg_url(pg_database)

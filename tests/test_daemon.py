@@ -132,8 +132,10 @@ class Daemons:
         self.client = docker.from_env(timeout=30)
 
     def start(self, catalogue: Path, *, window: float = 2.0, data: str = "data",
-              tag: str | None = None, concurrency: int = 2, args: Sequence[str] = ()
-              ) -> Daemon:
+              tag: str | None = None, concurrency: int = 2, args: Sequence[str] = (),
+              database: str | None = None, ready: bool = True) -> Daemon:
+        """A daemon on ``database`` (default: SQLite in its data directory), once it is
+        ready unless not ``ready`` (one that waits or is refused)."""
         tag = tag or f"{SESSION_TAG}-{uuid.uuid4().hex[:8]}"
         port = free_port()
         data_dir = self.tmp_path / data
@@ -146,14 +148,16 @@ class Daemons:
             env.pop(name, None)
         log = self.tmp_path / f"daemon-{len(self.started)}.log"
         stderr = log.open("wb")
+        db_url = database or f"sqlite:///{data_dir / 'envcheck.db'}"
         proc = subprocess.Popen(
             [*envcheck_cmd(), "daemon", str(catalogue), "--port", str(port),
-             "--window", str(window), "--concurrency", str(concurrency), *args],
+             "--window", str(window), "--concurrency", str(concurrency),
+             *(["--database", database] if database else []), *args],
             env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        daemon = Daemon(proc, f"http://127.0.0.1:{port}", log,
-                        f"sqlite:///{data_dir / 'envcheck.db'}", tag, stderr)
+        daemon = Daemon(proc, f"http://127.0.0.1:{port}", log, db_url, tag, stderr)
         self.started.append(daemon)
-        daemon.wait("readiness", lambda: daemon.get("/readyz").status_code == 200)
+        if ready:
+            daemon.wait("readiness", lambda: daemon.get("/readyz").status_code == 200)
         return daemon
 
     def containers(self, tag: str, env_id: str | None = None) -> list[str]:

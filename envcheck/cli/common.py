@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from envcheck.core.errors import CatalogueError, ConfigError, StoreError
+from envcheck.executors.kind import ExecutorKind
 from envcheck.store.retention import Retention
 
 if TYPE_CHECKING:
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
     from envcheck.store.direct import DirectReader
 
 __all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "KEEP", "CataloguePaths",
-           "Database", "KeepDaily", "KeepFailures", "KeepHourly", "KeepPasses", "config_error_exit",
-           "err", "exit_on_store_error", "load_or_exit", "open_feed_or_exit", "open_store_or_exit",
-           "out", "retention_or_exit", "store_url_or_exit"]
+           "Database", "Executor", "KeepDaily", "KeepFailures", "KeepHourly", "KeepPasses",
+           "RayAddress", "config_error_exit", "err", "exit_on_store_error", "load_or_exit",
+           "open_feed_or_exit", "open_store_or_exit", "out", "retention_or_exit",
+           "store_url_or_exit"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -37,6 +39,14 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 Database = Annotated[str | None, typer.Option("--database", envvar="ENVCHECK_DATABASE_URL",
                                               help="store URL (default: SQLite)")]
 CataloguePaths = Annotated[list[Path], typer.Argument(help="catalogue files or folders")]
+# Where checks run (envcheck check, envcheck daemon).
+Executor = Annotated[ExecutorKind, typer.Option(
+    envvar="ENVCHECK_EXECUTOR", help="where checks run: this host's engine, or Ray tasks on "
+    "nodes declaring the 'docker' resource (pip install envcheck[ray])")]
+RayAddress = Annotated[str | None, typer.Option(
+    envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
+    "(default: RAY_ADDRESS, else the cluster started on this host)")]
+
 # How long the store keeps what (envcheck store prune, and the daemon's hourly prune).
 KEEP = Retention()  # the defaults
 KeepPasses = Annotated[float, typer.Option(

@@ -7,6 +7,8 @@
     ├── ConfigError (ValueError)           a setting the user gave (a path, an environment
     │                                       variable) cannot be used: bad input, like the above
     ├── StoreError                          the result store is unreachable or inconsistent
+    ├── LeaseHeld                           another daemon holds the store's lease (one writer
+    │                                       per store): refused, like bad input
     └── InfraError                          envcheck's infrastructure failed; maps to Status.ERROR
         ├── EngineUnreachable               the Docker engine does not answer
         ├── ImageMissing (LookupError)      the image is not present on the host
@@ -39,6 +41,7 @@ __all__ = [
     "ImageBuildFailed",
     "ImageMissing",
     "InfraError",
+    "LeaseHeld",
     "SandboxFailed",
     "SandboxStartFailed",
     "SecretUnavailable",
@@ -78,6 +81,10 @@ class ConfigError(EnvcheckError, ValueError):
 
 class StoreError(EnvcheckError):
     pass
+
+
+class LeaseHeld(EnvcheckError):
+    """Another daemon holds the store's lease: the message names it (host, pid, since)."""
 
 
 class InfraError(EnvcheckError):

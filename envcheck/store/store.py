@@ -176,15 +176,19 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetV
         """Mark this process' own run interrupted (Ctrl-C, SIGTERM); results so far stay."""
         self._set_state([run_id], RunState.INTERRUPTED, at or datetime.now(UTC))
 
-    def interrupt_stale_runs(self) -> list[str]:
-        """Mark this host's 'running' runs whose process is gone as 'interrupted'."""
-        query = select(CheckRun).where(
-            CheckRun.state == RunState.RUNNING.value, CheckRun.host == socket.gethostname()
-        )
+    def interrupt_stale_runs(self, *, daemon_runs: bool = False) -> list[str]:
+        """Mark this host's 'running' runs whose process is gone as 'interrupted'. With
+        ``daemon_runs`` (the caller holds the store's lease, so no other daemon writes it)
+        every other process' daemon runs too, on any host: a dead or fenced holder's."""
+        host, me = socket.gethostname(), os.getpid()
+        query = select(CheckRun).where(CheckRun.state == RunState.RUNNING.value)
+        if not daemon_runs:
+            query = query.where(CheckRun.host == host)
         with self._session() as session:
             running = list(session.exec(query))
-        me = os.getpid()
-        stale = [r.id for r in running if r.pid != me and not _pid_alive(r.pid)]
+        stale = [r.id for r in running if (r.host, r.pid) != (host, me) and (
+            (daemon_runs and r.trigger == "daemon")
+            or (r.host == host and not _pid_alive(r.pid)))]
         return self._set_state(stale, RunState.INTERRUPTED, None) if stale else []
 
     def _set_state(self, run_ids: list[str], state: RunState, at: datetime | None) -> list[str]:
