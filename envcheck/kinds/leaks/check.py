@@ -11,6 +11,7 @@ check the budget cuts short is listed as such and the outcome is not reused.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from envcheck.catalogue.models import Environment
@@ -137,6 +138,7 @@ def play(ctx: ProbeContext, plan: LeakChecks, names: list[str]) -> LeakOutcome:
     env, harbor = ctx.env, ctx.env.harbor
     spec = ctx.spec() if harbor is None else harbor_sandbox(ctx.spec(), harbor, env.image)
     user = env.user if harbor is None else harbor.agent_user
+    started = time.monotonic()
     with ctx.runtime.sandbox(spec) as sandbox:
         player = _Player(ctx, sandbox, user)
         targets = host_targets(env)
@@ -145,6 +147,7 @@ def play(ctx: ProbeContext, plan: LeakChecks, names: list[str]) -> LeakOutcome:
         rest = [n for n in names if n != "git"]
         if rest:
             player.files(targets, declared_paths(env, plan), rest)
+    player.outcome.seconds = time.monotonic() - started
     return player.outcome
 
 

@@ -73,6 +73,7 @@ class LeakOutcome:
     found: list[Finding] = field(default_factory=list)
     checked: list[Checked] = field(default_factory=list)
     evidence: tuple[CommandEvidence, ...] = ()
+    seconds: float | None = None  # the container's start and the commands; None: reused
 
     @property
     def partial(self) -> bool:
@@ -115,6 +116,8 @@ def judge(verdict: Verdict, outcome: LeakOutcome, *, require: bool,
         info["partial"] = True
     if reused is not None:
         info["reused"] = reused
+    if outcome.seconds is not None:
+        info["seconds"] = round(outcome.seconds, 3)
     details = {**verdict.details, DETAIL_KEY: info}
     if not found:
         played = len(outcome.checked) - len(unplayed)
