@@ -20,24 +20,18 @@ Exit status 0 whatever the numbers; 1 if the benchmark itself broke.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from adversarial import timed
-from common import ROOT, git_head, median
+from common import ROOT, median
+from reused import Plan, run, write
 
-from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Environment
-from envcheck.core.errors import EnvcheckError
 from envcheck.executors.cycle import new_run_id
-from envcheck.kinds.collaborators import build_services
 from envcheck.kinds.leaks.files import files_script, folder_targets, read_files
 from envcheck.sandbox.base import SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
-from envcheck.store import open_store
 
 CATALOGUE = ROOT / "probes" / "demo-leaks.yaml"
 
@@ -49,29 +43,15 @@ def without_leaks(env: Environment) -> Environment:
     return env.model_copy(update={"tests": env.tests.model_copy(update={"leaks": None})})
 
 
-def measure(env: Environment, runtime: DockerRuntime, rounds: int, folder: Path
-            ) -> dict[str, Any]:
-    off: list[float] = []
-    on: list[float] = []
-    reused: list[float] = []
-    checks: list[float] = []
-    catalogue = load_catalogue([CATALOGUE])
-    for i in range(rounds):
-        off.append(timed(without_leaks(env), runtime)[0])
-        with open_store(f"sqlite:///{folder / f'{env.id}-{i}.db'}") as store:
-            services = build_services(catalogue, store)
-            seconds, first = timed(env, runtime, services, store)
-            on.append(seconds)
-            seconds, again = timed(env, runtime, services, store)
-            reused.append(seconds)
-        assert "reused" in again.details["leaks"], "the second probe did not reuse"
-        checks.append(first.details["leaks"]["seconds"])
-    row = {"env": env.id, "without_s": median(off), "with_s": median(on),
-           "reused_s": median(reused), "checks_s": median(checks),
-           "verdict": f"{first.status} {first.reason}"}
-    row["ratio_with"] = row["with_s"] / row["without_s"]
-    row["ratio_reused"] = row["reused_s"] / row["without_s"]
-    return row
+def show(row: dict[str, Any]) -> str:
+    return (f"{row['env']:32} without {row['without_s']:5.1f} s  with {row['with_s']:5.1f} s "
+            f"({row['ratio_with']:.2f}x; the checks {row['checks_s']:.2f} s)  reused "
+            f"{row['reused_s']:5.1f} s ({row['ratio_reused']:.2f}x)  {row['verdict']}")
+
+
+PLAN = Plan(CATALOGUE, "leaks", without_leaks,
+            lambda firsts: {"checks_s": median(f.details["leaks"]["seconds"] for f in firsts)},
+            show)
 
 
 def scan(image: str, runtime: DockerRuntime, rounds: int) -> dict[str, Any]:
@@ -111,33 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['image']}: {row['files']} files, the files check "
               f"({row['targets']} looked for) {row['scan_s']:.2f} s (median of {args.rounds})")
         return 0
-    envs = [e for e in load_catalogue([CATALOGUE]).environments
-            if args.env is None or e.id in args.env]
-    rows = []
-    runtime = DockerRuntime.from_env()
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            for env in envs:
-                row = measure(env, runtime, args.rounds, Path(folder))
-                rows.append(row)
-                print(f"{row['env']:32} without {row['without_s']:5.1f} s  with "
-                      f"{row['with_s']:5.1f} s ({row['ratio_with']:.2f}x; the checks "
-                      f"{row['checks_s']:.2f} s)  reused {row['reused_s']:5.1f} s "
-                      f"({row['ratio_reused']:.2f}x)  {row['verdict']}", flush=True)
-    except EnvcheckError as exc:
-        print(f"bench broke: {exc}", file=sys.stderr)
+    report = run(PLAN, args.rounds, args.env)
+    if report is None:
         return 1
-    finally:
-        runtime.close()
-    report = {"commit": git_head(), "rounds": args.rounds, "environments": rows,
-              "median_ratio_with": median(r["ratio_with"] for r in rows),
-              "median_ratio_reused": median(r["ratio_reused"] for r in rows),
-              "median_checks_s": median(r["checks_s"] for r in rows)}
+    report["median_checks_s"] = median(r["checks_s"] for r in report["environments"])
     print(f"median: with the leak checks {report['median_ratio_with']:.2f}x, reused "
           f"{report['median_ratio_reused']:.2f}x the probe without them; the checks themselves "
           f"{report['median_checks_s']:.2f} s")
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    write(report, args.json)
     return 0
 
 

@@ -92,7 +92,7 @@ def test_the_clean_twin_is_clean_and_the_check_wrote_nothing_it_looks_for(
     result = results["envcheck-demo__pyutils-1"]
     info = leaks(result)
     assert info["found"] == [] and "no answer leak found (2 check(s))" in result.summary
-    git, files = info["checked"]  # type: ignore[misc]
+    git, files = info["checked"]
     assert "0 commit(s) after it" in git["summary"]
     assert "2 file(s) the patches leave, 0 in the object store" in git["summary"]
     assert "4 file(s) looked for by size and SHA-256" in files["summary"]
@@ -109,7 +109,7 @@ def test_a_harbor_task_that_copies_its_solution_into_its_image(
                                      "(/opt/reference/solve.sh)")
     clean = leaks(results["hello-world"])
     assert clean["found"] == []
-    [files] = clean["checked"]  # type: ignore[misc]
+    [files] = clean["checked"]
     assert "3 file(s) looked for" in files["summary"] and "as root: 0 found" in files["summary"]
 
 
