@@ -296,9 +296,9 @@ def test_the_demo_declares_leak_checks_on_every_kind_of_entry() -> None:
              catalogue.environments}
     assert {k: v[1] for k, v in plans.items()} == {
         "demo-leaks-task": ["git", "paths"],
-        "envcheck-demo__pyutils-1": ["git", "files"],
+        "envcheck-demo__pyutils-1-clean": ["git", "files"],
         "envcheck-demo__pyutils-1-leaked": ["git", "files"],
-        "hello-world": ["files"], "solution-in-image": ["files"]}
+        "solution-kept-out": ["files"], "solution-in-image": ["files"]}
     assert all(plan is not None and not plan.require for plan, _ in plans.values())
     task = catalogue.environment("demo-leaks-task")
     plan = task.leaks()
@@ -306,11 +306,12 @@ def test_the_demo_declares_leak_checks_on_every_kind_of_entry() -> None:
     assert [(p.group, p.path) for p in declared_paths(task, plan)] == [
         ("solution", "/opt/task/oracle.sh"), ("solution", "/opt/task/fix.patch"),
         ("tests", "/opt/task/pristine-tests")]
-    hello = catalogue.environment("hello-world")
-    solve = ROOT / "probes" / "harbor" / "hello-world" / "solution" / "solve.sh"
-    assert (host_targets(hello)[0].what, host_targets(hello)[0].sha256) == (
-        "solution/solve.sh", hashlib.sha256(solve.read_bytes()).hexdigest())
-    assert [t.what for t in host_targets(catalogue.environment("envcheck-demo__pyutils-1"))] == [
+    kept_out = host_targets(catalogue.environment("solution-kept-out"))
+    solve = ROOT / "probes" / "harbor-leaks" / "solution-kept-out" / "solution" / "solve.sh"
+    assert [t.what for t in kept_out] == ["solution/solve.sh", "tests/test.sh"]
+    assert kept_out[0].sha256 == hashlib.sha256(solve.read_bytes()).hexdigest()
+    clean = catalogue.environment("envcheck-demo__pyutils-1-clean")
+    assert [t.what for t in host_targets(clean)] == [
         "the gold patch (oracle.patch)", "the test patch (test_patch)"]
 
 
@@ -324,7 +325,7 @@ def test_a_bad_leaks_block_is_refused_at_load(tmp_path: Path) -> None:
 
 
 def test_a_ray_task_carries_the_newest_leak_checks_without_controls() -> None:
-    env = load_catalogue([DEMO]).environment("hello-world")
+    env = load_catalogue([DEMO]).environment("solution-kept-out")
     spec = env.spec_hash(ProbeKind.TESTS)
 
     def stored(details: dict[str, object]) -> ProbeResult:

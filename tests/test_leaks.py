@@ -28,9 +28,9 @@ pytestmark = pytest.mark.docker
 DEMO = ROOT / "probes" / "demo-leaks.yaml"
 EXPECTED = {
     "demo-leaks-task": (Status.PASS, Reason.SOLUTION_IN_IMAGE),
-    "envcheck-demo__pyutils-1": (Status.PASS, Reason.OK),
+    "envcheck-demo__pyutils-1-clean": (Status.PASS, Reason.OK),
     "envcheck-demo__pyutils-1-leaked": (Status.PASS, Reason.SOLUTION_LEAKED),
-    "hello-world": (Status.PASS, Reason.OK),
+    "solution-kept-out": (Status.PASS, Reason.OK),
     "solution-in-image": (Status.PASS, Reason.SOLUTION_IN_IMAGE),
 }
 LEAKED = "envcheck-demo__pyutils-1-leaked"
@@ -89,7 +89,7 @@ def test_the_clean_twin_is_clean_and_the_check_wrote_nothing_it_looks_for(
         results: dict[str, ProbeResult]) -> None:
     """The same task on the image without the fix commit: the files the patches leave were
     rebuilt and hashed in that container, and still are not in its object store."""
-    result = results["envcheck-demo__pyutils-1"]
+    result = results["envcheck-demo__pyutils-1-clean"]
     info = leaks(result)
     assert info["found"] == [] and "no answer leak found (2 check(s))" in result.summary
     git, files = info["checked"]
@@ -107,10 +107,10 @@ def test_a_harbor_task_that_copies_its_solution_into_its_image(
                                        "where": "/opt/reference/solve.sh"}]
     assert result.summary.startswith("the solution is readable in the image: solution/solve.sh "
                                      "(/opt/reference/solve.sh)")
-    clean = leaks(results["hello-world"])
+    clean = leaks(results["solution-kept-out"])
     assert clean["found"] == []
     [files] = clean["checked"]
-    assert "3 file(s) looked for" in files["summary"] and "as root: 0 found" in files["summary"]
+    assert "2 file(s) looked for" in files["summary"] and "as root: 0 found" in files["summary"]
 
 
 def test_a_catalogue_oracle_and_pristine_tests_readable_by_the_agent(
@@ -160,7 +160,7 @@ def checked_alone(env: Environment, runtime: DockerRuntime) -> Verdict:
 
 def test_checks_that_cannot_run_say_why_and_never_read_as_clean(
         demo: Catalogue, runtime: DockerRuntime) -> None:
-    base = demo.environment("envcheck-demo__pyutils-1")
+    base = demo.environment("envcheck-demo__pyutils-1-clean")
     no_git = base.model_copy(update={"image": "envcheck-demo/tool-missing:latest",
                                      "workdir": "/workspace"})
     verdict = checked_alone(no_git, runtime)
@@ -178,7 +178,7 @@ def test_checks_that_cannot_run_say_why_and_never_read_as_clean(
 
 def test_checks_the_time_budget_leaves_out_are_a_partial_outcome(
         demo: Catalogue, runtime: DockerRuntime) -> None:
-    env = demo.environment("envcheck-demo__pyutils-1")
+    env = demo.environment("envcheck-demo__pyutils-1-clean")
     rushed = env.model_copy(update={"timeouts": Timeouts(probe_s=0.001)})
     verdict = checked_alone(rushed, runtime)
     info = verdict.details["leaks"]
