@@ -11,6 +11,7 @@ check the budget cuts short is listed as such and the outcome is not reused.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -34,7 +35,8 @@ from envcheck.sandbox.base import Deadline, ExecResult, Sandbox
 
 __all__ = ["declared_paths", "host_targets", "planned", "with_leak_checks"]
 
-OUTPUT_LIMIT = 256 * 1024
+OUTPUT_LIMIT = 1024 * 1024  # all of it is read back: a line dropped would be a finding lost
+EVIDENCE_BYTES = 16 * 1024  # of each command's output kept as evidence
 MIN_EXEC_S = 1.0  # less time left than this: the check is not started (a walk of / takes more)
 _LABELS = {"git": "leak check: the git object store and the commits after the base commit",
            "files": "leak checks: declared paths and the answer's files across the image"}
@@ -72,9 +74,19 @@ def planned(env: Environment, plan: LeakChecks) -> list[str]:
     names = ["git"] if env.harbor is None else []
     if declared_paths(env, plan):
         names.append("paths")
-    if env.harbor is not None or host_targets(env):
-        names.append("files")
+    if env.harbor is not None or _holds_texts(env):
+        names.append("files")  # envcheck holds files of the answer to look for
     return names
+
+
+def _holds_texts(env: Environment) -> bool:
+    """The spec carries the answer's text: an oracle script or patch, a test patch."""
+    spec = env.tests
+    if spec is None:
+        return False
+    oracle = spec.oracle
+    return spec.test_patch is not None or (
+        oracle is not None and (oracle.script is not None or oracle.patch is not None))
 
 
 class _Player:
@@ -92,7 +104,12 @@ class _Player:
         result = self.sandbox.exec([env.shell, "-c", script], user=self.user, env=variables,
                                    timeout_s=min(env.timeouts.exec_s, remaining),
                                    output_limit=OUTPUT_LIMIT)
-        self.outcome.evidence += (result.evidence(_LABELS[check]),)
+        evidence = result.evidence(_LABELS[check])
+        kept = dataclasses.replace(evidence, output_head=evidence.output_head[:EVIDENCE_BYTES],
+                                   output_tail=evidence.output_tail[-EVIDENCE_BYTES:],
+                                   truncated=evidence.truncated or len(evidence.output_head)
+                                   > EVIDENCE_BYTES)
+        self.outcome.evidence += (kept,)
         return result
 
     def git(self) -> list[Target]:
