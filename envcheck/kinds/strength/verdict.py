@@ -61,6 +61,7 @@ class Played:
     operator: str | None = None
     diff: str = ""
     evidence: tuple[CommandEvidence, ...] = field(default=(), compare=False)
+    diff_cut: bool = False  # ``diff`` was cut to DIFF_MAX already (a stored one)
 
     def to_json(self, diff: bool = False) -> dict[str, Any]:
         """``diff``: with the change (a survivor's, bounded)."""
@@ -70,7 +71,7 @@ class Played:
             data.update(operator=self.operator, line=self.line)
         if diff and self.diff:
             data["diff"] = self.diff[:DIFF_MAX]
-            if len(self.diff) > DIFF_MAX:
+            if len(self.diff) > DIFF_MAX or self.diff_cut:
                 data["diff_truncated"] = True
         return data
 
@@ -84,7 +85,8 @@ class Played:
         operator = data.get("operator")
         return cls(str(data.get("description", "")), outcome, str(data.get("detail", "")),
                    str(data.get("file", "")), line if isinstance(line, int) else None,
-                   str(operator) if operator is not None else None, str(data.get("diff", "")))
+                   str(operator) if operator is not None else None, str(data.get("diff", "")),
+                   diff_cut=bool(data.get("diff_truncated")))
 
 
 @dataclass
@@ -200,6 +202,12 @@ def judge(verdict: Verdict, outcome: StrengthOutcome, plan: Strength, *,
                    f"{headline}; {verdict.summary}", details, evidence + verdict.evidence)
 
 
+def _with_diff(played: Played, survivor: Played | None) -> Played:
+    if survivor is None:
+        return played
+    return replace(played, diff=survivor.diff, diff_cut=survivor.diff_cut)
+
+
 def stored_outcome(info: Mapping[str, Any], seed: str, cap: int, partial: bool
                    ) -> StrengthOutcome | None:
     """An earlier outcome, if it is whole and was played for the same sample (``seed``, the
@@ -220,7 +228,7 @@ def stored_outcome(info: Mapping[str, Any], seed: str, cap: int, partial: bool
             return None
         found.append([p for p in played if p is not None])
     mutants, partials, survivors = found
-    diffs = iter(s.diff for s in survivors)  # the survivors' diffs, in the mutants' order
-    mutants = [replace(m, diff=next(diffs, "")) if m.outcome is Outcome.SURVIVED else m
+    cut = iter(survivors)  # the survivors' diffs, in the mutants' order
+    mutants = [_with_diff(m, next(cut, None)) if m.outcome is Outcome.SURVIVED else m
                for m in mutants]
     return StrengthOutcome(mutants, partials, generated=dict(generated))
