@@ -68,7 +68,8 @@ def test_comparison_flips(tmp_path: Path) -> None:
         ("return a is not None and b in c and a != 3", "return a is None and b in c and a != 3"),
         ("return a is not None and b in c and a != 3",
          "return a is not None and b not in c and a != 3"),
-        ("return a is not None and b in c and a != 3", "return a is not None and b in c and a == 3"),
+        ("return a is not None and b in c and a != 3",
+         "return a is not None and b in c and a == 3"),
     }
 
 
