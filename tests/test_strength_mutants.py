@@ -6,12 +6,14 @@ that real ``git apply`` and ``patch`` take against the base in a real repository
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import sysconfig
 from collections import Counter
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from envcheck.kinds.strength import (
@@ -24,7 +26,8 @@ from envcheck.kinds.strength import (
 )
 from envcheck.kinds.strength.diffs import parse_patch, preimage
 from envcheck.kinds.strength.model import PYTHON_OPERATORS
-from envcheck.kinds.strength.pysource import PythonSource
+from envcheck.kinds.strength.pysites import find_sites, is_log_call
+from envcheck.kinds.strength.pysource import PythonSource, statement_lines
 from tests.conftest import ROOT
 from tests.gitrepo import GitRepo
 
@@ -68,7 +71,8 @@ def test_comparison_flips(tmp_path: Path) -> None:
         ("return a is not None and b in c and a != 3", "return a is None and b in c and a != 3"),
         ("return a is not None and b in c and a != 3",
          "return a is not None and b not in c and a != 3"),
-        ("return a is not None and b in c and a != 3", "return a is not None and b in c and a == 3"),
+        ("return a is not None and b in c and a != 3",
+         "return a is not None and b in c and a == 3"),
     }
 
 
@@ -307,3 +311,31 @@ def test_stdlib_modules_mutated_whole_stay_competent(tmp_path: Path, name: str) 
         assert repo.apply_check(m.patch).returncode == 0, m.description
     assert {m.family for m in gen.mutants} >= {Family.COMPARISON, Family.CALL,
                                                Family.STATEMENT, Family.CONSTANT}
+
+
+@pytest.mark.parametrize(("call", "logs"), [
+    ("logger.info(x)", True), ("self._log.debug(x)", True), ("LOG.error(e)", True),
+    ("logging.getLogger(__name__).warning(x)", True), ("self.logger.exception(e)", True),
+    ("print(x)", True), ("warnings.warn(w)", True), ("sys.stderr.write(x)", True),
+    ("catalog.error(x)", False), ("log.append(x)", False), ("click.echo(x)", False)])
+def test_which_calls_are_logging(call: str, logs: bool) -> None:
+    node = cst.parse_expression(call)
+    assert isinstance(node, cst.Call)
+    assert is_log_call(node) is logs
+
+
+@pytest.mark.parametrize("name", ["textwrap.py", "shlex.py"])
+def test_statements_visited_alone_give_the_sites_of_the_whole_file(name: str) -> None:
+    """Only the top-level statements holding an added line are visited, each alone with
+    its lines shifted back: the same sites as visiting the whole file."""
+    code = (Path(sysconfig.get_paths()["stdlib"]) / name).read_text()
+    source = PythonSource(name, code)
+    lines = len(code.split("\n"))
+    for seed in range(4):
+        added = frozenset(random.Random(seed).sample(range(1, lines), lines // 5))
+        alone = find_sites(source.module, added, statement_lines(source.module, code))
+        whole = find_sites(source.module, added, None)
+        assert len(alone) > 20
+        assert [(s.operator, s.line, s.column, s.description, s.first_line, s.top)
+                for s in alone] == [(s.operator, s.line, s.column, s.description,
+                                     s.first_line, s.top) for s in whole]

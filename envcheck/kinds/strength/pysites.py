@@ -11,7 +11,8 @@ changes nothing a test should pin.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from envcheck.kinds.strength import pyedits as edit
 from envcheck.kinds.strength.model import Operator
 
-__all__ = ["Site", "find_sites", "is_log_call"]
+__all__ = ["Site", "find_sites", "is_log_call", "leading_lines"]
 
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception",
                           "critical", "fatal", "log"})
@@ -41,32 +42,47 @@ class Site:
     indents: tuple[str | None, ...]  # the blocks around it (None: the module's indent)
 
 
+def _called(node: cst.BaseExpression) -> list[str]:
+    """``a.b(x).c`` as ``["a", "b", "c"]``: the names along a chain of attributes and calls."""
+    if isinstance(node, cst.Call):
+        return _called(node.func)
+    if isinstance(node, cst.Attribute):
+        return [*_called(node.value), node.attr.value]
+    return [node.value] if isinstance(node, cst.Name) else []
+
+
 def is_log_call(call: cst.Call) -> bool:
-    """``print``, ``warnings.warn``, ``sys.stderr.write`` and logger methods (a receiver
-    whose name says log: ``logger``, ``self._log``, ``logging``)."""
-    names = edit.dotted(call.func)
-    if not names:
-        return False
+    """``print``, ``warnings.warn``, ``sys.stderr.write`` and a logger's methods (called on
+    ``logging``, ``log``, ``logger``, ``self._log``, ``logging.getLogger(...)``)."""
+    names = _called(call.func)
     if names in (["print"], ["warnings", "warn"]) or names[:2] in (["sys", "stderr"],
                                                                    ["sys", "stdout"]):
         return True
-    receiver = ".".join(names[:-1]).lower()
-    return "log" in receiver and (names[-1] in _LOG_METHODS or names[0] == "logging")
+    if len(names) < 2 or names[-1] not in _LOG_METHODS:
+        return False
+    receiver = names[-2].lower().strip("_")
+    return receiver in ("log", "logging") or receiver.endswith("logger")
 
 
 class _Finder(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, module: cst.Module, added: frozenset[int] | None) -> None:
+    def __init__(self, module: cst.Module, added: frozenset[int] | None, shift: int = 0,
+                 top: int = -1) -> None:
+        """``module`` is the file's (its config writes code); the tree visited may be one
+        of its top-level statements alone (``top``, its index), whose lines are the file's
+        less ``shift``."""
         super().__init__()
         self.module = module
         self.added = added
+        self._lines = added or frozenset()
+        self._shift = shift
         self.sites: list[Site] = []
         self._elifs: set[int] = set()
         self._raised: set[int] = set()
-        self._tops = {id(stmt): i for i, stmt in enumerate(module.body)}
-        self._top = -1
-        self._blocks: list[str | None] = []
+        self._tops = {id(stmt): i for i, stmt in enumerate(module.body)} if top < 0 else {}
+        self._top = top
+        self._blocks: list[tuple[cst.IndentedBlock, str | None]] = []
         self._statements: list[tuple[cst.BaseStatement, tuple[str | None, ...]]] = []
         self._handlers: dict[type[cst.CSTNode], Callable[[Any], bool | None]] = {
             cst.Annotation: lambda _: False, cst.FormattedString: lambda _: False,
@@ -84,23 +100,32 @@ class _Finder(cst.CSTVisitor):
         }
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.added is not None and not isinstance(node, cst.Module):
+            span = self._range(node)
+            if not self._lines.intersection(range(span.start.line, span.end.line + 1)):
+                return False  # no added line in it: nothing of it can be anchored
         self._top = self._tops.get(id(node), self._top)
         if isinstance(node, cst.BaseStatement) and id(node) not in self._elifs:
-            self._statements.append((node, tuple(self._blocks)))  # an elif goes with its if
+            blocks = tuple(indent for _, indent in self._blocks)
+            self._statements.append((node, blocks))  # an elif goes with its if
         elif isinstance(node, cst.IndentedBlock):
-            self._blocks.append(node.indent)
+            self._blocks.append((node, node.indent))
         handler = self._handlers.get(type(node))
         return handler is None or handler(node) is not False  # False: not its children
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, cst.BaseStatement) and id(original_node) not in self._elifs:
+        if self._statements and self._statements[-1][0] is original_node:
             self._statements.pop()
-        elif isinstance(original_node, cst.IndentedBlock):
+        elif self._blocks and self._blocks[-1][0] is original_node:
             self._blocks.pop()
 
     # -- the anchor rule ------------------------------------------------------------------
     def _range(self, node: cst.CSTNode) -> CodeRange:
-        return self.get_metadata(PositionProvider, node)
+        span = self.get_metadata(PositionProvider, node)
+        if not self._shift:
+            return span
+        return CodeRange((span.start.line + self._shift, span.start.column),
+                         (span.end.line + self._shift, span.end.column))
 
     def _anchored(self, nodes: tuple[cst.CSTNode, ...]) -> bool:
         if self.added is None:
@@ -118,9 +143,7 @@ class _Finder(cst.CSTVisitor):
         if self._anchored(anchors or (at,)):
             start = self._range(at).start
             statement, blocks = self._statements[-1]
-            leading = statement.leading_lines if isinstance(
-                statement, cst.SimpleStatementLine | cst.BaseCompoundStatement) else ()
-            first = self._range(statement).start.line - len(leading)
+            first = self._range(statement).start.line - leading_lines(statement)
             self.sites.append(Site(op, start.line, start.column, description, original,
                                    replacement, self._top, statement, first, blocks))
 
@@ -251,11 +274,41 @@ class _Finder(cst.CSTVisitor):
                 value="False" if node.value == "True" else "True"), Operator.TRUE_FALSE)
 
 
-def find_sites(module: cst.Module, added: frozenset[int] | None
-               ) -> tuple[cst.Module, list[Site]]:
-    """The sites of ``module`` anchored on ``added`` (None: every line), in source order,
-    and the module their nodes belong to (replace them in that one)."""
-    wrapper = MetadataWrapper(module)
-    finder = _Finder(wrapper.module, added)
+def find_sites(module: cst.Module, added: frozenset[int] | None,
+               first_lines: Sequence[int] | None = None) -> list[Site]:
+    """The sites of ``module`` anchored on ``added`` (None: every line), in source order.
+
+    With ``first_lines`` (the line each top-level statement's code starts on, its leading
+    comments and blanks not counted), only the statements holding an added line are
+    visited, each alone: positions cost a rendering of the code they cover, and a fix adds
+    a few lines to a file of thousands."""
+    if added is None or first_lines is None:
+        found = _visit(module, module, added, 0, -1)
+    else:
+        lines = sorted(added)
+        found = []
+        for i, statement in enumerate(module.body):
+            first = first_lines[i] - leading_lines(statement)
+            last = first_lines[i + 1] - leading_lines(module.body[i + 1]) - 1 \
+                if i + 1 < len(module.body) else max(lines)
+            at = bisect.bisect_left(lines, first)
+            if at == len(lines) or lines[at] > last:
+                continue
+            alone = cst.Module(body=[statement], default_indent=module.default_indent,
+                               default_newline=module.default_newline)
+            found += _visit(alone, module, added, first - 1, i)
+    return sorted(found, key=lambda s: (s.line, s.column, s.operator))
+
+
+def leading_lines(statement: cst.BaseStatement) -> int:
+    if isinstance(statement, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+        return len(statement.leading_lines)
+    return 0
+
+
+def _visit(tree: cst.Module, module: cst.Module, added: frozenset[int] | None, shift: int,
+           top: int) -> list[Site]:
+    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)  # parsed: no node is shared
+    finder = _Finder(module, added, shift, top)
     wrapper.visit(finder)
-    return wrapper.module, sorted(finder.sites, key=lambda s: (s.line, s.column, s.operator))
+    return finder.sites
