@@ -381,6 +381,27 @@ def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
     assert second.image_digest == first.image_digest and "ray" in second.details
 
 
+def test_leak_checks_run_once_per_image_and_spec_on_ray(executor: RayExecutor,
+                                                        store: Store) -> None:
+    """A task without adversarial controls carries its newest leak checks instead."""
+    catalogue = load_catalogue([ROOT / "probes" / "demo-leaks.yaml"])
+    env = catalogue.environment("envcheck-demo__pyutils-1-leaked")
+    services = build_services(catalogue, store)
+    run_id = store.start_run("test", [])
+
+    def check() -> ProbeResult:
+        [result] = executor.run_cycle([env], [ProbeKind.TESTS], run_id, services=services)
+        store.record(run_id, result)
+        return result
+
+    first, second = check(), check()
+    assert (first.status, first.reason) == (Status.PASS, Reason.SOLUTION_LEAKED), first.summary
+    assert "reused" not in first.details["leaks"] and "ray" in second.details
+    assert second.details["leaks"]["reused"]["from"] == first.started_at.isoformat()
+    assert second.details["leaks"]["found"] == first.details["leaks"]["found"]
+    assert (second.status, second.reason) == (Status.PASS, Reason.SOLUTION_LEAKED)
+
+
 def test_the_depth_advice_travels_with_the_task(executor: RayExecutor, store: Store) -> None:
     """The caller looks the advice up in its store and sends it; the node follows it for the
     digest it finds: the whole protocol while the evidence is short, then a light check."""

@@ -3,7 +3,8 @@
 The tricks cost a fresh container and a verification each; their answer can only change with
 the image (its digest) or with what is checked (the spec hash, which covers the tests spec and
 its ``adversarial`` block). So the newest stored outcome for the same environment, digest and
-spec hash is reused until either changes.
+spec hash is reused until either changes. The answer-leak checks (``kinds.leaks``), facts
+about the image too, are reused the same way under their own key (:data:`LEAKS_KEY`).
 
 One mechanism wherever the probe runs: the probe asks a :class:`ControlsLedger` over a
 :class:`PriorEvidence`. Locally that is the store. A Ray node has no store and resolves the
