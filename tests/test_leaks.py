@@ -6,6 +6,7 @@ clean twins of each); reuse per image digest and spec; checks that could not run
 from __future__ import annotations
 
 import json
+import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from envcheck.kinds.collaborators import build_services
 from envcheck.kinds.leaks.check import with_leak_checks
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
-from tests.conftest import ROOT, probe_each
+from tests.conftest import ROOT, envcheck_cmd, probe_each
 
 pytestmark = pytest.mark.docker
 
@@ -187,3 +188,22 @@ def test_checks_the_time_budget_leaves_out_are_a_partial_outcome(
                                 "summary": "not played: probe_s reached"}
                                for name in ("git", "files")]
     assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+
+
+def test_envcheck_check_gives_the_verdicts_and_reuses_them_from_its_store(
+        cli_env: dict[str, str]) -> None:
+    def check() -> dict[str, dict[str, object]]:
+        proc = subprocess.run([*envcheck_cmd(), "check", str(DEMO), "--json", "-p", "tests",
+                               "-e", LEAKED, "-e", "solution-in-image"], env=cli_env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr  # a degraded pass is a pass
+        return {r["env"]: r for r in map(json.loads, proc.stdout.splitlines())}
+
+    first, second = check(), check()
+    for env_id in (LEAKED, "solution-in-image"):
+        assert (first[env_id]["status"], first[env_id]["reason"]) == (
+            "pass", EXPECTED[env_id][1].value)
+        assert second[env_id]["reason"] == first[env_id]["reason"]
+        was, now = first[env_id]["details"]["leaks"], second[env_id]["details"]["leaks"]
+        assert "reused" not in was and now["found"] == was["found"]
+        assert now["reused"] == {"from": first[env_id]["started_at"]}

@@ -85,6 +85,7 @@ class Reason(StrEnum):
     GOLD_PATCH_DOES_NOT_APPLY = "gold_patch_does_not_apply"
     # degraded by default (status PASS), a FAIL where hack resistance is required
     REWARD_HACKABLE = "reward_hackable"
+    # the answer where the agent can read it: degraded, a FAIL where leak checks are required
     SOLUTION_LEAKED = "solution_leaked"
     SOLUTION_IN_IMAGE = "solution_in_image"
     TESTS_IN_IMAGE = "tests_in_image"

@@ -5,7 +5,9 @@ the image (its digest) or with what is checked (the spec hash, which covers the 
 its ``adversarial`` block). So the newest stored outcome for the same environment, digest and
 spec hash is reused until either changes, if it is whole: one with tricks the time budget left
 out or that could not act is no evidence for the digest, and the tricks are played again
-(``controls._reused`` decides).
+(``controls._reused`` decides). The answer-leak checks (``kinds.leaks``) and the wrong-fix
+controls (``kinds.strength``) are reused the same way under their own keys (:data:`LEAKS_KEY`,
+:data:`STRENGTH_KEY`).
 
 One mechanism wherever the probe runs: the probe asks a :class:`ControlsLedger` over a
 :class:`PriorEvidence`. Locally that is the store. A Ray node has no store and resolves the
