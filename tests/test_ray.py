@@ -359,12 +359,12 @@ data_sources:
     assert shape is not None and shape.seen == 2
 
 
-def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
-        executor: RayExecutor, store: Store) -> None:
-    """The same reuse as locally: the caller sends the newest controls of the environment's
-    spec with the task, the node reuses them when its image digest matches."""
-    catalogue = load_catalogue([ROOT / "probes" / "demo-hacks.yaml"])
-    env = catalogue.environment("demo-hacks-site-packages-subset")
+def probed_twice(executor: RayExecutor, store: Store, file: str, env_id: str
+                 ) -> tuple[ProbeResult, ProbeResult]:
+    """The tests probe of ``env_id`` (of ``probes/FILE``) run twice on Ray, each result
+    recorded in ``store`` before the next probe (which may reuse its evidence)."""
+    catalogue = load_catalogue([ROOT / "probes" / file])
+    env = catalogue.environment(env_id)
     services = build_services(catalogue, store)
     run_id = store.start_run("test", [])
 
@@ -373,7 +373,16 @@ def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
         store.record(run_id, result)
         return result
 
-    first, second = check(), check()
+    first = check()
+    return first, check()
+
+
+def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
+        executor: RayExecutor, store: Store) -> None:
+    """The same reuse as locally: the caller sends the newest controls of the environment's
+    spec with the task, the node reuses them when its image digest matches."""
+    first, second = probed_twice(executor, store, "demo-hacks.yaml",
+                                 "demo-hacks-site-packages-subset")
     assert "reused" not in first.details["adversarial"], first.summary
     assert first.details["adversarial"]["rewarded"] == ["assertions_patched"]
     reused = second.details["adversarial"]
@@ -381,6 +390,18 @@ def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
     assert reused["rewarded"] == ["assertions_patched"]
     assert (second.status, second.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
     assert second.image_digest == first.image_digest and "ray" in second.details
+
+
+def test_leak_checks_run_once_per_image_and_spec_on_ray(executor: RayExecutor,
+                                                        store: Store) -> None:
+    """A task without adversarial controls carries its newest leak checks instead."""
+    first, second = probed_twice(executor, store, "demo-leaks.yaml",
+                                 "envcheck-demo__pyutils-1-leaked")
+    assert (first.status, first.reason) == (Status.PASS, Reason.SOLUTION_LEAKED), first.summary
+    assert "reused" not in first.details["leaks"] and "ray" in second.details
+    assert second.details["leaks"]["reused"]["from"] == first.started_at.isoformat()
+    assert second.details["leaks"]["found"] == first.details["leaks"]["found"]
+    assert (second.status, second.reason) == (Status.PASS, Reason.SOLUTION_LEAKED)
 
 
 def test_the_depth_advice_travels_with_the_task(executor: RayExecutor, store: Store) -> None:

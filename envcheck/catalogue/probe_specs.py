@@ -34,7 +34,7 @@ from envcheck.catalogue.fields import (
 from envcheck.core.testlogs import parser_names
 
 __all__ = ["DEFAULT_RERUNS", "TRICK_NAMES", "AdaptiveDepth", "Adversarial", "ControlledSpec",
-           "DependencySpec", "Oracle", "ReportName", "TestSpec", "repeated"]
+           "DependencySpec", "LeakChecks", "Oracle", "ReportName", "TestSpec", "repeated"]
 
 _PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
@@ -197,6 +197,23 @@ class Adversarial(CatalogueModel):
             t for t in TRICK_NAMES if t in self.tricks]
 
 
+ImagePath = Annotated[str, Field(pattern=r"^/", min_length=2)]
+
+
+class LeakChecks(CatalogueModel):
+    """Answer-leak checks: whether the image holds the answer where its agent can read it
+    (``solution_leaked``, ``solution_in_image``, ``tests_in_image``). One container of the
+    image, no test run; run once per image digest and spec, results reused after."""
+
+    require: bool = Field(False, description=(
+        "a leak fails the probe (quarantines) instead of a degraded pass"))
+    solution: list[ImagePath] = Field(default_factory=list, description=(
+        "paths in the image that hold the solution or part of it (a patch, a reference "
+        "copy): the sandbox user must not be able to read a file under any of them"))
+    tests: list[ImagePath] = Field(default_factory=list, description=(
+        "paths in the image that hold the verifier's pristine or hidden tests: likewise"))
+
+
 class ControlledSpec(CatalogueModel):
     """A verification spec that may declare adversarial controls (``tests:``, a Harbor task).
 
@@ -208,9 +225,13 @@ class ControlledSpec(CatalogueModel):
         "adversarial controls (off unless declared): known reward hacks, each played by a "
         "do-nothing agent, must not earn the reward (make a fail-to-pass test pass, or score "
         "above 0)"))
+    leaks: LeakChecks | None = Field(None, description=(
+        "answer-leak checks (off unless declared): the gold patch's files or later commits "
+        "in the image's git history, the solution's or the tests' files anywhere in the "
+        "image, declared paths the sandbox user can read"))
 
     # Keys added after specs were first hashed: left out of dumps while unset.
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial",)
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "leaks")
 
     @model_serializer(mode="wrap")
     def _unset_controls_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -250,7 +271,7 @@ class TestSpec(ControlledSpec):
     """How to run an environment's tests, and what they must show (the ``tests`` probe)."""
 
     __test__: ClassVar[bool] = False  # not a pytest test class, though its name says so
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "base_commit")
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "base_commit", "leaks")
 
     command: str = Field(description=(
         "shell command run by the declared shell, in the workdir, as the sandbox user; it must "

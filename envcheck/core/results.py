@@ -17,6 +17,7 @@ from envcheck.core.clock import SYSTEM_CLOCK
 
 __all__ = [
     "DEGRADED_REASONS",
+    "LEAK_REASONS",
     "REASON_DOCS",
     "CommandEvidence",
     "ProbeKind",
@@ -84,6 +85,10 @@ class Reason(StrEnum):
     GOLD_PATCH_DOES_NOT_APPLY = "gold_patch_does_not_apply"
     # degraded by default (status PASS), a FAIL where hack resistance is required
     REWARD_HACKABLE = "reward_hackable"
+    # the answer where the agent can read it: degraded, a FAIL where leak checks are required
+    SOLUTION_LEAKED = "solution_leaked"
+    SOLUTION_IN_IMAGE = "solution_in_image"
+    TESTS_IN_IMAGE = "tests_in_image"
     # reward-file verifiers (Harbor task folders)
     IMAGE_BUILD_FAILED = "image_build_failed"
     NOP_REWARDED = "nop_rewarded"
@@ -157,6 +162,15 @@ REASON_DOCS: dict[Reason, str] = {
                                       "image's repository",
     Reason.REWARD_HACKABLE: "a known trick, played by a do-nothing agent, earns the reward "
                             "(degraded; a fail where hack resistance is required)",
+    Reason.SOLUTION_LEAKED: "the image's git history holds the answer: the gold patch's "
+                            "resulting files, or commits after the base commit (degraded; a "
+                            "fail where leak checks are required)",
+    Reason.SOLUTION_IN_IMAGE: "the sandbox user can read the solution in the image: its files "
+                              "by content, or a path declared to hold it (degraded; a fail "
+                              "where leak checks are required)",
+    Reason.TESTS_IN_IMAGE: "the sandbox user can read the hidden tests in the image: their "
+                           "files by content, or a path declared to hold them (degraded; a "
+                           "fail where leak checks are required)",
     Reason.IMAGE_BUILD_FAILED: "the task's environment/Dockerfile does not build",
     Reason.NOP_REWARDED: "the verifier rewards a no-op: reward above 0 with no solution",
     Reason.REWARD_MISSING: "the verifier wrote no reward file (/logs/verifier/reward.txt or "
@@ -199,9 +213,13 @@ REASON_DOCS: dict[Reason, str] = {
 
 _OK_REASONS = frozenset({Reason.OK, Reason.NOT_APPLICABLE})
 # The only reasons a ``pass`` may carry besides ``ok``: it passed, but not cleanly.
-DEGRADED_REASONS = frozenset({Reason.RECOVERED_AFTER_RETRY, Reason.REWARD_HACKABLE})
+# Answers the image holds where its agent can read them (the leak checks).
+LEAK_REASONS = frozenset({Reason.SOLUTION_LEAKED, Reason.SOLUTION_IN_IMAGE,
+                          Reason.TESTS_IN_IMAGE})
+DEGRADED_REASONS = frozenset({Reason.RECOVERED_AFTER_RETRY, Reason.REWARD_HACKABLE}
+                             | LEAK_REASONS)
 # Degraded reasons that may also carry a ``fail``: where the weakness is required absent.
-_DEGRADED_OR_FAILING = frozenset({Reason.REWARD_HACKABLE})
+_DEGRADED_OR_FAILING = frozenset({Reason.REWARD_HACKABLE} | LEAK_REASONS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from pydantic import Field
 from envcheck.catalogue.fields import CatalogueModel, Ident
 from envcheck.catalogue.merge import merge_models
 from envcheck.catalogue.models import Environment, EnvironmentSettings, Limits, Timeouts
-from envcheck.catalogue.probe_specs import Adversarial
+from envcheck.catalogue.probe_specs import Adversarial, LeakChecks
 from envcheck.core.errors import CatalogueIssue
 
 __all__ = ["ISSUES_PER_DATASET", "DatasetBase", "Expansion", "decode_env_id", "env_id",
@@ -42,6 +42,8 @@ class DatasetBase(CatalogueModel):
     adversarial: Adversarial | None = Field(None, description=(
         "adversarial controls played against every task's verification, as the dataset's "
         "protocol runs it (tests.adversarial)"))
+    leaks: LeakChecks | None = Field(None, description=(
+        "answer-leak checks on every task's image (tests.leaks)"))
 
     def settings(self, defaults: EnvironmentSettings) -> EnvironmentSettings:
         """The suite's defaults with this entry's overrides applied (once per dataset)."""

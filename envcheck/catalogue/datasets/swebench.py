@@ -128,7 +128,8 @@ class _Mapper:
         self.fields = entry.fields(settings)
         tests = settings.tests.model_dump(exclude_unset=True) if settings.tests else {}
         knobs = {k: getattr(entry, k) for k in ("junit_path", "reruns", "shuffle", "timeout_s",
-                                                "adversarial") if getattr(entry, k) is not None}
+                                                "adversarial", "leaks")
+                 if getattr(entry, k) is not None}
         self.tests = {**tests, **knobs}
 
     def image(self, record: SwebenchRecord, raw: dict[str, Any]) -> tuple[str | None, str]:

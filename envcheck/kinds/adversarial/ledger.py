@@ -6,6 +6,8 @@ its ``adversarial`` block). So the newest stored outcome for the same environmen
 spec hash is reused until either changes, if it is whole: one with tricks the time budget left
 out or that could not act is no evidence for the digest, and the tricks are played again
 (``controls._reused`` decides).
+The answer-leak checks (``kinds.leaks``), facts about the image too, are reused the same way
+under their own key (:data:`LEAKS_KEY`).
 
 One mechanism wherever the probe runs: the probe asks a :class:`ControlsLedger` over a
 :class:`PriorEvidence`. Locally that is the store. A Ray node has no store and resolves the
@@ -23,9 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 
-__all__ = ["DETAIL_KEY", "ControlsLedger", "PriorEvidence", "RecordedEvidence"]
+__all__ = ["DETAIL_KEY", "LEAKS_KEY", "ControlsLedger", "PriorEvidence", "RecordedEvidence"]
 
 DETAIL_KEY = "adversarial"
+LEAKS_KEY = "leaks"  # the leak checks' outcome, reused the same way (kinds.leaks)
 
 
 @runtime_checkable
@@ -56,21 +59,25 @@ class ControlsLedger:
     def __init__(self, store: PriorEvidence) -> None:
         self._store = store
 
-    def prior(self, env_id: str, image_digest: str | None, spec_hash: str
-              ) -> tuple[datetime, dict[str, Any]] | None:
-        """When and what the controls found last for this identity; None: run them."""
+    def prior(self, env_id: str, image_digest: str | None, spec_hash: str,
+              key: str = DETAIL_KEY) -> tuple[datetime, dict[str, Any]] | None:
+        """When and what the controls found last for this identity; None: run them. ``key``:
+        another check reused the same way (the leak checks: ``leaks``)."""
         if image_digest is None:  # no identity to key on: never reuse
             return None
         found = self._store.latest_with_detail(env_id, ProbeKind.TESTS, image_digest,
-                                               spec_hash, DETAIL_KEY)
+                                               spec_hash, key)
         if found is None:
             return None
-        return found.started_at, found.details[DETAIL_KEY]
+        return found.started_at, found.details[key]
 
     def newest(self, env: Environment) -> ProbeResult | None:
         """``env``'s newest controls under its current spec, whatever the image digest (the
-        caller does not know it yet): what a caller sends with a task run elsewhere."""
-        if env.adversarial() is None:
+        caller does not know it yet): what a caller sends with a task run elsewhere. Without
+        controls, its newest leak checks (which a result with controls holds too)."""
+        key = DETAIL_KEY if env.adversarial() is not None else (
+            LEAKS_KEY if env.leaks() is not None else None)
+        if key is None:
             return None
         return self._store.latest_with_detail(env.id, ProbeKind.TESTS, None,
-                                              env.spec_hash(ProbeKind.TESTS), DETAIL_KEY)
+                                              env.spec_hash(ProbeKind.TESTS), key)
