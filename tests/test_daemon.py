@@ -28,7 +28,7 @@ from envcheck.feed.allowlist import allowlist
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
 from envcheck.store.tables.results import ProbeResultRow
-from tests.conftest import SESSION_TAG, envcheck_cmd
+from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
 from tests.polling import wait_for
 from tests.ports import free_port
 
@@ -427,3 +427,41 @@ def test_prunes_its_store_on_its_own(daemons: Daemons, tmp_path: Path) -> None:
         assert span.results == 450
     assert d.stop() == 0
     assert problems(d) == []
+
+
+def test_runs_the_wrong_fix_controls_of_a_dataset_task(daemons: Daemons,
+                                                       tmp_path: Path) -> None:
+    """The daemon's tests probe plays the wrong-fix controls with the store as its ledger:
+    the weak demo task is weak_verifier there too, its survivors stored."""
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    demo = ROOT / "probes" / "datasets" / "swe-demo-strength.jsonl"
+    weak = demo.read_text(encoding="utf-8").splitlines()[0]
+    (probes / "tasks.jsonl").write_text(weak + "\n", encoding="utf-8")
+    write_catalogue(probes / "fleet.yaml", [HEALTHY], extra="""datasets:
+  - id: tasks
+    format: swebench
+    path: tasks.jsonl
+    suite: daemon
+    image_field: image_name
+    workdir: /testbed
+    command: /usr/bin/python3 -I -m pytest --noconftest -rA --tb=no -p no:cacheprovider {test_files}
+    report: pytest
+    reruns: 1
+    strength: { mutants: 3 }
+""")
+    text = (probes / "fleet.yaml").read_text(encoding="utf-8")
+    (probes / "fleet.yaml").write_text(text.replace("tests: null", "tests: 1h"),
+                                       encoding="utf-8")
+    d = daemons.start(probes / "fleet.yaml")
+    env_id = "envcheck-demo__pyutils-6-weak"
+    d.wait("the task's tests result", lambda: any(
+        r.env_id == env_id and r.kind == "tests" for r in d.rows()), timeout=240)
+    with d.store() as store:
+        [result] = [r for r in store.latest_results([env_id]) if r.kind.value == "tests"]
+    assert (result.status.value, result.reason.value) == ("pass", "weak_verifier"), \
+        result.summary
+    info = result.details["strength"]
+    assert info["survivors"] and info["generated"]["mutants"] == 3
+    assert result.duration_s >= info["seconds"]  # charged to the budget with the probe
+    assert d.stop() == 0

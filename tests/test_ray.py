@@ -392,6 +392,32 @@ def test_adversarial_controls_run_once_per_image_and_spec_on_ray(
     assert second.image_digest == first.image_digest and "ray" in second.details
 
 
+def test_wrong_fix_controls_run_once_per_image_and_spec_on_ray(
+        executor: RayExecutor, store: Store) -> None:
+    """The wrong-fix controls on a node, and reused there as locally: the caller sends the
+    newest outcome of the environment's spec, the node reuses it when its digest matches."""
+    catalogue = load_catalogue([ROOT / "probes" / "demo-strength.yaml"])
+    weak = catalogue.environment("envcheck-demo__pyutils-6-weak")
+    assert weak.tests is not None and weak.tests.strength is not None
+    env = weak.model_copy(update={"tests": weak.tests.model_copy(update={
+        "strength": weak.tests.strength.model_copy(update={"mutants": 4})})})
+    services = build_services(catalogue, store)
+    run_id = store.start_run("test", [])
+
+    def check() -> ProbeResult:
+        [result] = executor.run_cycle([env], [ProbeKind.TESTS], run_id, services=services)
+        store.record(run_id, result)
+        return result
+
+    first, second = check(), check()
+    assert (first.status, first.reason) == (Status.PASS, Reason.WEAK_VERIFIER), first.summary
+    assert "reused" not in first.details["strength"] and "ray" in first.details
+    reused = second.details["strength"]
+    assert reused["reused"]["from"] == first.started_at.isoformat()
+    assert reused["survivors"] == first.details["strength"]["survivors"]
+    assert (second.status, second.reason) == (Status.PASS, Reason.WEAK_VERIFIER)
+
+
 def test_leak_checks_run_once_per_image_and_spec_on_ray(executor: RayExecutor,
                                                         store: Store) -> None:
     """A task without adversarial controls carries its newest leak checks instead."""

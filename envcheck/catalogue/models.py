@@ -16,7 +16,13 @@ from pydantic import Field
 from envcheck.catalogue.datasources import DataSource, InSandboxOption
 from envcheck.catalogue.fields import CatalogueModel, EnvId, Ident, Schedule, Seconds
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
-from envcheck.catalogue.probe_specs import Adversarial, DependencySpec, LeakChecks, TestSpec
+from envcheck.catalogue.probe_specs import (
+    Adversarial,
+    DependencySpec,
+    LeakChecks,
+    Strength,
+    TestSpec,
+)
 from envcheck.core.results import ProbeKind
 
 __all__ = [
@@ -128,6 +134,11 @@ class Environment(EnvironmentEntry):
         """The answer-leak checks its tests probe plays, if it declares any."""
         spec = self.harbor if self.harbor is not None else self.tests
         return spec.leaks if spec is not None else None
+
+    def strength(self) -> Strength | None:
+        """The wrong-fix controls its tests probe plays, if it declares any."""
+        spec = self.harbor if self.harbor is not None else self.tests
+        return spec.strength if spec is not None else None
 
     def spec_hash(self, kind: ProbeKind) -> str:
         """Hash of what the given probe kind checks: evidence counts only under one hash."""

@@ -34,7 +34,8 @@ from envcheck.catalogue.fields import (
 from envcheck.core.testlogs import parser_names
 
 __all__ = ["DEFAULT_RERUNS", "TRICK_NAMES", "AdaptiveDepth", "Adversarial", "ControlledSpec",
-           "DependencySpec", "LeakChecks", "Oracle", "ReportName", "TestSpec", "repeated"]
+           "DependencySpec", "LeakChecks", "Oracle", "ReportName", "Strength", "TestSpec",
+           "repeated"]
 
 _PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
@@ -214,6 +215,25 @@ class LeakChecks(CatalogueModel):
         "paths in the image that hold the verifier's pristine or hidden tests: likewise"))
 
 
+class Strength(CatalogueModel):
+    """Wrong-fix controls: mutants of the gold patch's added lines (and the gold patch with a
+    hunk or a file left out), each a candidate patch through the verification; the share the
+    tests refuse is the score (``weak_verifier`` below ``min_score``). Run once per image
+    digest and spec, results reused after."""
+
+    require: bool = Field(False, description=(
+        "a score below min_score fails the probe (quarantines) instead of a degraded pass"))
+    min_score: float = Field(0.8, ge=0.0, le=1.0, description=(
+        "the share of competent mutants the tests must kill (0.8: some mutants are "
+        "equivalent to the fix, so 1.0 is not asked)"))
+    mutants: int = Field(24, ge=1, le=200, description=(
+        "mutants played at most (each costs a container and a test run or two), sampled "
+        "across operators, seeded by the image digest and the spec"))
+    partial: bool = Field(True, description=(
+        "also play the gold patch with one hunk or one file left out (reported beside the "
+        "score, not in it)"))
+
+
 class ControlledSpec(CatalogueModel):
     """A verification spec that may declare adversarial controls (``tests:``, a Harbor task).
 
@@ -229,9 +249,13 @@ class ControlledSpec(CatalogueModel):
         "answer-leak checks (off unless declared): the gold patch's files or later commits "
         "in the image's git history, the solution's or the tests' files anywhere in the "
         "image, declared paths the sandbox user can read"))
+    strength: Strength | None = Field(None, description=(
+        "wrong-fix controls (off unless declared): mutants of the gold patch must not earn "
+        "the reward (a fail-to-pass or pass-to-pass test must fail); the share refused is "
+        "the verifier's score"))
 
     # Keys added after specs were first hashed: left out of dumps while unset.
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "leaks")
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "leaks", "strength")
 
     @model_serializer(mode="wrap")
     def _unset_controls_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -271,7 +295,8 @@ class TestSpec(ControlledSpec):
     """How to run an environment's tests, and what they must show (the ``tests`` probe)."""
 
     __test__: ClassVar[bool] = False  # not a pytest test class, though its name says so
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "base_commit", "leaks")
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "base_commit", "leaks",
+                                               "strength")
 
     command: str = Field(description=(
         "shell command run by the declared shell, in the workdir, as the sandbox user; it must "

@@ -89,6 +89,7 @@ class Reason(StrEnum):
     SOLUTION_LEAKED = "solution_leaked"
     SOLUTION_IN_IMAGE = "solution_in_image"
     TESTS_IN_IMAGE = "tests_in_image"
+    WEAK_VERIFIER = "weak_verifier"
     # reward-file verifiers (Harbor task folders)
     IMAGE_BUILD_FAILED = "image_build_failed"
     NOP_REWARDED = "nop_rewarded"
@@ -171,6 +172,9 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.TESTS_IN_IMAGE: "the sandbox user can read the hidden tests in the image: their "
                            "files by content, or a path declared to hold them (degraded; a "
                            "fail where leak checks are required)",
+    Reason.WEAK_VERIFIER: "wrong fixes earn the reward: too few mutants of the gold patch "
+                          "are refused by the tests (score below strength.min_score; "
+                          "degraded; a fail where strength is required)",
     Reason.IMAGE_BUILD_FAILED: "the task's environment/Dockerfile does not build",
     Reason.NOP_REWARDED: "the verifier rewards a no-op: reward above 0 with no solution",
     Reason.REWARD_MISSING: "the verifier wrote no reward file (/logs/verifier/reward.txt or "
@@ -216,10 +220,11 @@ _OK_REASONS = frozenset({Reason.OK, Reason.NOT_APPLICABLE})
 # Answers the image holds where its agent can read them (the leak checks).
 LEAK_REASONS = frozenset({Reason.SOLUTION_LEAKED, Reason.SOLUTION_IN_IMAGE,
                           Reason.TESTS_IN_IMAGE})
-DEGRADED_REASONS = frozenset({Reason.RECOVERED_AFTER_RETRY, Reason.REWARD_HACKABLE}
-                             | LEAK_REASONS)
+DEGRADED_REASONS = frozenset({Reason.RECOVERED_AFTER_RETRY, Reason.REWARD_HACKABLE,
+                              Reason.WEAK_VERIFIER} | LEAK_REASONS)
 # Degraded reasons that may also carry a ``fail``: where the weakness is required absent.
-_DEGRADED_OR_FAILING = frozenset({Reason.REWARD_HACKABLE} | LEAK_REASONS)
+_DEGRADED_OR_FAILING = frozenset({Reason.REWARD_HACKABLE, Reason.WEAK_VERIFIER}
+                                 | LEAK_REASONS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from pydantic import Field
 from envcheck.catalogue.fields import CatalogueModel, Ident
 from envcheck.catalogue.merge import merge_models
 from envcheck.catalogue.models import Environment, EnvironmentSettings, Limits, Timeouts
-from envcheck.catalogue.probe_specs import Adversarial, LeakChecks
+from envcheck.catalogue.probe_specs import Adversarial, LeakChecks, Strength
 from envcheck.core.errors import CatalogueIssue
 
 __all__ = ["ISSUES_PER_DATASET", "DatasetBase", "Expansion", "decode_env_id", "env_id",
@@ -44,6 +44,9 @@ class DatasetBase(CatalogueModel):
         "protocol runs it (tests.adversarial)"))
     leaks: LeakChecks | None = Field(None, description=(
         "answer-leak checks on every task's image (tests.leaks)"))
+    strength: Strength | None = Field(None, description=(
+        "wrong-fix controls: mutants of every task's gold patch played through its "
+        "verification (tests.strength)"))
 
     def settings(self, defaults: EnvironmentSettings) -> EnvironmentSettings:
         """The suite's defaults with this entry's overrides applied (once per dataset)."""

@@ -128,7 +128,7 @@ class _Mapper:
         self.fields = entry.fields(settings)
         tests = settings.tests.model_dump(exclude_unset=True) if settings.tests else {}
         knobs = {k: getattr(entry, k) for k in ("junit_path", "reruns", "shuffle", "timeout_s",
-                                                "adversarial", "leaks")
+                                                "adversarial", "leaks", "strength")
                  if getattr(entry, k) is not None}
         self.tests = {**tests, **knobs}
 

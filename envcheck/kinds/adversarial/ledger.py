@@ -5,9 +5,9 @@ the image (its digest) or with what is checked (the spec hash, which covers the 
 its ``adversarial`` block). So the newest stored outcome for the same environment, digest and
 spec hash is reused until either changes, if it is whole: one with tricks the time budget left
 out or that could not act is no evidence for the digest, and the tricks are played again
-(``controls._reused`` decides).
-The answer-leak checks (``kinds.leaks``), facts about the image too, are reused the same way
-under their own key (:data:`LEAKS_KEY`).
+(``controls._reused`` decides). The answer-leak checks (``kinds.leaks``) and the wrong-fix
+controls (``kinds.strength``) are reused the same way under their own keys (:data:`LEAKS_KEY`,
+:data:`STRENGTH_KEY`).
 
 One mechanism wherever the probe runs: the probe asks a :class:`ControlsLedger` over a
 :class:`PriorEvidence`. Locally that is the store. A Ray node has no store and resolves the
@@ -25,10 +25,12 @@ from typing import Any, Protocol, runtime_checkable
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 
-__all__ = ["DETAIL_KEY", "LEAKS_KEY", "ControlsLedger", "PriorEvidence", "RecordedEvidence"]
+__all__ = ["DETAIL_KEY", "LEAKS_KEY", "STRENGTH_KEY", "ControlsLedger", "PriorEvidence",
+           "RecordedEvidence"]
 
 DETAIL_KEY = "adversarial"
 LEAKS_KEY = "leaks"  # the leak checks' outcome, reused the same way (kinds.leaks)
+STRENGTH_KEY = "strength"  # the wrong-fix controls' outcome (kinds.strength.controls)
 
 
 @runtime_checkable
@@ -74,9 +76,11 @@ class ControlsLedger:
     def newest(self, env: Environment) -> ProbeResult | None:
         """``env``'s newest controls under its current spec, whatever the image digest (the
         caller does not know it yet): what a caller sends with a task run elsewhere. Without
-        controls, its newest leak checks (which a result with controls holds too)."""
-        key = DETAIL_KEY if env.adversarial() is not None else (
-            LEAKS_KEY if env.leaks() is not None else None)
+        controls, its newest leak checks, else its newest wrong-fix controls (a result with
+        several holds each of them: all run on the same pass)."""
+        declared = ((DETAIL_KEY, env.adversarial()), (LEAKS_KEY, env.leaks()),
+                    (STRENGTH_KEY, env.strength()))
+        key = next((k for k, plan in declared if plan is not None), None)
         if key is None:
             return None
         return self._store.latest_with_detail(env.id, ProbeKind.TESTS, None,

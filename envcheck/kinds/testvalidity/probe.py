@@ -67,6 +67,7 @@ from envcheck.kinds.adversarial.swebench import with_swebench_controls
 from envcheck.kinds.adversarial.testspec import with_controls
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
 from envcheck.kinds.leaks.check import with_leak_checks
+from envcheck.kinds.strength.controls import with_strength_controls
 from envcheck.kinds.testvalidity.depth import plan
 from envcheck.kinds.testvalidity.harbor import verify_harbor
 from envcheck.kinds.testvalidity.runs import Phase, Problem, Run, execute, network_error
@@ -365,8 +366,9 @@ class TestsProbe(Probe):
     kind = ProbeKind.TESTS
 
     def check(self, ctx: ProbeContext) -> Verdict:
-        # answer-leak checks, if declared, on the verdict of the protocol's own controls
-        return with_leak_checks(ctx, self.verify(ctx))
+        # answer-leak checks, if declared, on the verdict of the protocol's own controls;
+        # then the wrong-fix controls, the dearest (a container run or two per mutant)
+        return with_strength_controls(ctx, with_leak_checks(ctx, self.verify(ctx)))
 
     def verify(self, ctx: ProbeContext) -> Verdict:
         if ctx.env.harbor is not None:  # a Harbor task folder: its own reward protocol

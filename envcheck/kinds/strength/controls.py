@@ -1,0 +1,123 @@
+"""The wrong-fix controls of one tests probe: which apply, the sample, the runs, reuse.
+
+They run when the environment declares ``strength:``, its oracle is a patch (a dataset
+task's gold patch, a catalogue ``oracle.patch``) and the probe's own verdict is a pass (a
+broken task is broken already). The sample is seeded by the image digest and the spec hash,
+so every probe of one identity plays the same mutants; the outcome can only change with
+either, so a whole one is reused while both hold, through the ledger the adversarial
+controls use (locally the store; on a Ray node what the caller sent). They get a
+``timeouts.probe_s`` budget of their own; what it leaves unplayed is listed, and such an
+outcome is never reused. Their runs are part of the probe's duration: the sandbox-seconds
+the scheduler's budget charges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from envcheck.catalogue.probe_specs import Strength, TestSpec
+from envcheck.core.results import ProbeKind, Status
+from envcheck.kinds.adversarial.ledger import ControlsLedger
+from envcheck.kinds.base import ProbeContext, Verdict
+from envcheck.kinds.strength.diffs import PatchError
+from envcheck.kinds.strength.gold import patch_mutants
+from envcheck.kinds.strength.model import Mutant
+from envcheck.kinds.strength.partial import partial_patches
+from envcheck.kinds.strength.play import mutable_files, post_images, readable, trial
+from envcheck.kinds.strength.sampling import Generation
+from envcheck.kinds.strength.verdict import (
+    DETAIL_KEY,
+    Played,
+    StrengthOutcome,
+    judge,
+    stored_outcome,
+)
+from envcheck.sandbox.base import Deadline
+
+__all__ = ["seed_of", "with_strength_controls"]
+
+NOT_A_PATCH = ("the oracle is not a patch: wrong-fix controls mutate a gold patch "
+               "(oracle.patch, a dataset's patch)")
+
+
+def seed_of(ctx: ProbeContext) -> str:
+    """What the sample is seeded by: the image digest (else its name) and the spec hash."""
+    return f"{ctx.image_digest or ctx.env.image}|{ctx.env.spec_hash(ProbeKind.TESTS)}"
+
+
+def _generated(gen: Generation[Mutant], seed: str, plan: Strength) -> dict[str, object]:
+    rejected: Counter[str] = Counter()
+    for (op, why), n in gen.rejected.items():
+        rejected[f"{op}: {why}"] += n
+    return {"seed": seed, "cap": plan.mutants, "partial": plan.partial,
+            "mutants": len(gen.mutants), "sites": {str(k): v for k, v in gen.sites.items()},
+            "rejected": dict(rejected),
+            "skipped": [{"file": s.file, "why": s.why} for s in gen.skipped]}
+
+
+def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> StrengthOutcome:
+    """Read the gold patch's files back, generate the sample, play it within probe_s."""
+    started = time.monotonic()
+    deadline = Deadline(ctx.env.timeouts.probe_s)
+    outcome = StrengthOutcome()
+    assert spec.oracle is not None and spec.oracle.patch is not None
+    gold = spec.oracle.patch
+    try:
+        files = mutable_files(gold)
+    except PatchError as exc:
+        outcome.not_played = readable(exc)
+        return outcome
+    images = post_images(ctx, spec, files)
+    outcome.runs += 1
+    outcome.evidence = images.evidence
+    if images.why is not None:
+        outcome.not_played = images.why
+        outcome.seconds = time.monotonic() - started
+        return outcome
+    try:
+        gen = patch_mutants(gold, images.texts, seed, cap=plan.mutants)
+        partials = partial_patches(gold, seed, post_images=images.texts) if plan.partial else ()
+    except PatchError as exc:
+        outcome.not_played = readable(exc)
+        return outcome
+    outcome.generated = _generated(gen, seed, plan)
+    if not gen.mutants and not partials:
+        outcome.not_played = ("no mutant could be made of the gold patch's added lines (no "
+                              "Python line to mutate) and no partial patch")
+    todo = [(m.description, m.file, m.line, str(m.operator), m.diff, m.patch)
+            for m in gen.mutants] + [(p.description, p.file, None, None, "", p.patch)
+                                     for p in partials]
+    for i, (description, file, line, operator, diff, patch) in enumerate(todo):
+        if deadline.expired():
+            outcome.unplayed = [d for d, *_ in todo[i:]]
+            break
+        kind = "mutant" if operator is not None else "partial patch"
+        done = trial(ctx, spec, patch, f"{kind} {i + 1}: {description}")
+        outcome.runs += done.runs
+        played = Played(description, done.outcome, done.detail, file, line, operator,
+                        diff, done.evidence)
+        (outcome.mutants if operator is not None else outcome.partials).append(played)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def with_strength_controls(ctx: ProbeContext, verdict: Verdict) -> Verdict:
+    """``verdict`` with the wrong-fix controls' outcome, if the environment declares them:
+    the stored outcome for this image digest and spec if there is a whole one, else played."""
+    plan = ctx.env.strength()
+    spec = ctx.env.tests
+    if plan is None or verdict.status is not Status.PASS:
+        return verdict
+    if ctx.env.harbor is not None or spec is None or spec.oracle is None \
+            or spec.oracle.patch is None:
+        return judge(verdict, StrengthOutcome(not_played=NOT_A_PATCH), plan)
+    seed = seed_of(ctx)
+    ledger = ctx.service(ControlsLedger)
+    prior = ledger.prior(ctx.env.id, ctx.image_digest, ctx.env.spec_hash(ProbeKind.TESTS),
+                         key=DETAIL_KEY) if ledger is not None else None
+    stored = stored_outcome(prior[1], seed, plan.mutants, plan.partial) \
+        if prior is not None else None
+    if prior is not None and stored is not None:
+        return judge(verdict, stored, plan, reused={"from": prior[0].isoformat()})
+    return judge(verdict, play(ctx, spec, plan, seed), plan)

@@ -1,0 +1,97 @@
+"""Wrong fixes for a patch oracle: mutants of the Python lines a gold patch adds, each a
+candidate patch against the base.
+
+The caller hands in the gold patch and each changed file as it reads after the patch (the
+post-image, taken from a container where the patch was applied). The base text of a file is
+rebuilt from its post-image and the patch's hunks (or handed in), so the candidate is one
+diff from the base to the mutant, in the gold patch's place: the same apply path takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import libcst as cst
+
+from envcheck.kinds.strength.diffs import (
+    FilePatch,
+    Patch,
+    PatchError,
+    parse_patch,
+    preimage,
+    unified_section,
+)
+from envcheck.kinds.strength.model import Mutant, Skipped
+from envcheck.kinds.strength.paths import is_doc_path, is_test_path
+from envcheck.kinds.strength.pysource import PythonSource
+from envcheck.kinds.strength.sampling import Generation, Rejection, Variant, take
+
+__all__ = ["DEFAULT_CAP", "patch_mutants"]
+
+DEFAULT_CAP = 24
+
+
+class _File:
+    def __init__(self, fp: FilePatch, source: PythonSource, base: str) -> None:
+        self.fp = fp
+        self.source = source
+        self.base = base
+
+
+def _prepare(patch: Patch, post_images: Mapping[str, str],
+             base_images: Mapping[str, str]) -> tuple[dict[str, _File], list[Skipped]]:
+    files: dict[str, _File] = {}
+    skipped: list[Skipped] = []
+    for fp in patch.files:
+        path = fp.new_path
+        if path is None or fp.binary or not path.endswith(".py") or not fp.hunks:
+            continue  # deleted, binary, not Python, or only renamed: no added line
+        if is_test_path(path) or is_doc_path(path):
+            skipped.append(Skipped(path, "a test file" if is_test_path(path) else
+                                   "documentation"))
+            continue
+        text = post_images.get(path)
+        if text is None:
+            skipped.append(Skipped(path, "its post-image was not given"))
+            continue
+        try:
+            source = PythonSource(path, text)
+            base = base_images[path] if path in base_images else preimage(fp, text)
+        except cst.ParserSyntaxError as exc:
+            skipped.append(Skipped(path, f"not Python 3: line {exc.raw_line}: {exc.message}"))
+            continue
+        except PatchError as exc:
+            skipped.append(Skipped(path, f"the post-image does not match the patch: {exc}"))
+            continue
+        files[path] = _File(fp, source, base)
+    return files, skipped
+
+
+def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
+                  cap: int | None = DEFAULT_CAP,
+                  base_images: Mapping[str, str] | None = None) -> Generation[Mutant]:
+    """Up to ``cap`` mutants (None: every one) of the non-test Python files ``gold``
+    changes, on the lines it adds, sampled by ``seed``. ``post_images`` maps a path (as the
+    patch names it after the change) to its text after the patch; ``base_images``, if
+    given, to its text before. :class:`~envcheck.kinds.strength.diffs.PatchError` if
+    ``gold`` is not a unified diff."""
+    patch = parse_patch(gold)
+    files, skipped = _prepare(patch, post_images, base_images or {})
+    variants: list[Variant] = []
+    for file in files.values():
+        variants.extend(file.source.variants(file.fp.added_lines()))
+
+    def accept(variant: Variant, text: str) -> Rejection | Mutant:
+        file = files[variant.file]
+        why = file.source.check(text)
+        if why is not None:
+            return why
+        sections = [unified_section(fp.old_path, fp.new_path, file.base, text, fp.header)
+                    if fp is file.fp else fp.raw for fp in patch.files]
+        if not any(s.strip() for s in sections):
+            return Rejection.SAME_AS_BASE
+        diff = unified_section(variant.file, variant.file, file.source.text, text)
+        return Mutant(variant.operator, variant.file, variant.line, variant.description, diff,
+                      patch.render(sections))
+
+    return take(variants, seed, cap, accept, skipped)

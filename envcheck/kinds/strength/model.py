@@ -1,0 +1,139 @@
+"""What the generator hands out: a closed set of operators in families, and frozen values for
+a mutant of a gold patch, a mutant of an oracle's output file and a partial patch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["OUTPUT_FAMILIES", "PYTHON_OPERATORS", "Family", "Mutant", "Operator", "OutputMutant",
+           "PartialPatch", "Skipped"]
+
+
+class Family(StrEnum):
+    """What sampling spreads a task's mutants across, so one prolific operator (a file full
+    of calls) does not crowd out the rest."""
+
+    COMPARISON = "comparison"
+    BOOLEAN = "boolean"
+    ARITHMETIC = "arithmetic"
+    CONDITION = "condition"
+    CONSTANT = "constant"
+    RETURN = "return"
+    STATEMENT = "statement"
+    CALL = "call"
+    NUMBER = "number"  # the output operators' families from here
+    RECORD = "record"
+    TRUNCATION = "truncation"
+
+
+class Operator(StrEnum):
+    COMPARISON_FLIP = "comparison_flip"  # < <=, > >=, == !=, is / is not, in / not in
+    BOOLEAN_FLIP = "boolean_flip"  # and <-> or
+    BOOLEAN_DROP = "boolean_drop"  # a and b -> a (or b)
+    ARITHMETIC_FLIP = "arithmetic_flip"  # + -, * /, // /, % //, and their augmented forms
+    NEGATE_CONDITION = "negate_condition"  # if c -> if not (c), in if / elif / while / x if c
+    INT_PLUS_ONE = "int_plus_one"
+    INT_MINUS_ONE = "int_minus_one"
+    TRUE_FALSE = "true_false"  # True <-> False
+    RETURN_NONE = "return_none"  # return x -> return None
+    STATEMENT_REMOVED = "statement_removed"  # -> pass (never a return: return_none is that)
+    ARGUMENT_DROPPED = "argument_dropped"  # f(a, b) -> f(b), not for fixed-arity builtins
+    NUMBER_CHANGED = "number_changed"  # outputs: one number + 1
+    LINE_DROPPED = "line_dropped"  # outputs: one line of a text file
+    RECORD_DROPPED = "record_dropped"  # outputs: one CSV row, one JSON element or member
+    TRUNCATED = "truncated"  # outputs: the file cut in half
+
+    @property
+    def family(self) -> Family:
+        return _FAMILIES[self]
+
+
+_FAMILIES = {
+    Operator.COMPARISON_FLIP: Family.COMPARISON,
+    Operator.BOOLEAN_FLIP: Family.BOOLEAN,
+    Operator.BOOLEAN_DROP: Family.BOOLEAN,
+    Operator.ARITHMETIC_FLIP: Family.ARITHMETIC,
+    Operator.NEGATE_CONDITION: Family.CONDITION,
+    Operator.INT_PLUS_ONE: Family.CONSTANT,
+    Operator.INT_MINUS_ONE: Family.CONSTANT,
+    Operator.TRUE_FALSE: Family.CONSTANT,
+    Operator.RETURN_NONE: Family.RETURN,
+    Operator.STATEMENT_REMOVED: Family.STATEMENT,
+    Operator.ARGUMENT_DROPPED: Family.CALL,
+    Operator.NUMBER_CHANGED: Family.NUMBER,
+    Operator.LINE_DROPPED: Family.RECORD,
+    Operator.RECORD_DROPPED: Family.RECORD,
+    Operator.TRUNCATED: Family.TRUNCATION,
+}
+
+OUTPUT_FAMILIES = frozenset({Family.NUMBER, Family.RECORD, Family.TRUNCATION})
+PYTHON_OPERATORS = tuple(op for op in Operator if op.family not in OUTPUT_FAMILIES)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A wrong fix: the gold patch with one small change to a line it adds.
+
+    ``patch`` is the candidate, a unified diff against the base (the gold patch with this
+    file's post-image replaced by the mutant's), for the same apply path as the gold patch;
+    ``diff`` is the change against the gold post-image, what a survivor is shown as."""
+
+    operator: Operator
+    file: str
+    line: int  # in the gold post-image
+    description: str
+    diff: str
+    patch: str
+
+    @property
+    def family(self) -> Family:
+        return self.operator.family
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": str(self.operator), "family": str(self.family), "file": self.file,
+                "line": self.line, "description": self.description, "diff": self.diff}
+
+
+@dataclass(frozen=True)
+class OutputMutant:
+    """A wrong output: one file the oracle wrote, changed; ``content`` is what to write in
+    its place after the oracle ran, ``diff`` the change against the oracle's."""
+
+    operator: Operator
+    file: str
+    line: int  # of the oracle's file, where the change starts
+    description: str
+    diff: str
+    content: str
+
+    @property
+    def family(self) -> Family:
+        return self.operator.family
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": str(self.operator), "family": str(self.family), "file": self.file,
+                "line": self.line, "description": self.description, "diff": self.diff}
+
+
+@dataclass(frozen=True)
+class PartialPatch:
+    """The gold patch with one hunk (``hunk`` its 1-based index in ``file``) or one whole
+    file (``hunk`` None) left out."""
+
+    file: str
+    hunk: int | None
+    description: str
+    patch: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "hunk": self.hunk, "description": self.description}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file the generator did not mutate, and why (binary, not Python 3, a test file)."""
+
+    file: str
+    why: str

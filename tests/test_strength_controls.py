@@ -1,0 +1,173 @@
+"""The wrong-fix controls on the real engine: the demo tasks of probes/demo-strength.yaml
+through ``envcheck check`` (a weak test that asserts only the result's type: weak_verifier,
+naming its survivors; a strong one: every mutant killed); a required score that fails; reuse
+per image digest and spec through the store; controls that could not be played, or that the
+time budget cut short, said so and never reused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue, Environment, Timeouts
+from envcheck.catalogue.probe_specs import Oracle, Strength
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.executors.cycle import new_run_id, run_cycle
+from envcheck.kinds.base import ProbeContext, Verdict
+from envcheck.kinds.collaborators import build_services
+from envcheck.kinds.strength.controls import with_strength_controls
+from envcheck.sandbox.docker import DockerRuntime
+from envcheck.store import open_store
+from tests.conftest import ROOT, envcheck_cmd
+
+pytestmark = pytest.mark.docker
+
+DEMO = ROOT / "probes" / "demo-strength.yaml"
+WEAK, STRONG = "envcheck-demo__pyutils-6-weak", "envcheck-demo__pyutils-6-strong"
+PASSED = Verdict(Status.PASS, Reason.OK, "2 runs agree", {})
+
+
+@pytest.fixture(scope="module")
+def demo() -> Catalogue:
+    return load_catalogue([DEMO])
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Both demo tasks through ``envcheck check --json`` (its own store), by id."""
+    env = {k: v for k, v in os.environ.items() if k != "ENVCHECK_DATABASE_URL"}
+    env["ENVCHECK_DATA_DIR"] = str(tmp_path_factory.mktemp("strength") / "data")
+    done = subprocess.run([*envcheck_cmd(), "check", str(DEMO), "-p", "tests", "--json"],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return {line["env"]: line for line in lines if line.get("probe") == "tests"}
+
+
+def with_strength(env: Environment, **changes: Any) -> Environment:
+    assert env.tests is not None and env.tests.strength is not None
+    plan = env.tests.strength.model_copy(update=changes)
+    return env.model_copy(update={"tests": env.tests.model_copy(update={"strength": plan})})
+
+
+def test_a_test_that_asserts_only_the_type_is_a_weak_verifier(
+        checked: dict[str, dict[str, Any]]) -> None:
+    result = checked[WEAK]
+    assert (result["status"], result["reason"]) == ("pass", "weak_verifier"), result["summary"]
+    info = result["details"]["strength"]
+    assert info["played"] is True and info["require"] is False
+    assert info["counts"]["survived"] >= 7 and info["score"] < 0.8
+    assert info["counts"]["incompetent"] == 0 and info["counts"]["timeout"] == 0
+    assert info["generated"]["mutants"] == len(info["mutants"]) == 10
+    survivors = info["survivors"]
+    assert len(survivors) == info["counts"]["survived"]
+    for survivor in survivors:  # each with its operator, place and diff
+        assert survivor["file"] == "textkit/wrap.py" and survivor["operator"]
+        assert survivor["diff"].startswith("diff --git a/textkit/wrap.py b/textkit/wrap.py")
+        assert survivor["detail"] == "every fail-to-pass and pass-to-pass test passed"
+    named = survivors[0]["description"]
+    assert named in result["summary"] and "weak verifier: " in result["summary"]
+    # the killed ones: only what breaks the type (return None) or the run
+    killed = [m for m in info["mutants"] if m["outcome"] == "killed"]
+    assert killed and all(m["detail"].startswith("fail-to-pass test failed: tests/test_wrap.py"
+                                                 "::test_word_count") for m in killed)
+    per_op = info["per_operator"]
+    assert sum(row["survived"] for row in per_op.values()) == len(survivors)
+    assert result["details"]["strength"]["runs"] >= 1 + 10 + len(survivors)
+
+
+def test_a_strong_test_kills_every_mutant(checked: dict[str, dict[str, Any]]) -> None:
+    result = checked[STRONG]
+    assert (result["status"], result["reason"]) == ("pass", "ok"), result["summary"]
+    info = result["details"]["strength"]
+    assert info["score"] == 1.0 and info["survivors"] == []
+    assert info["counts"]["killed"] == 10 and info["counts"]["incompetent"] == 0
+    assert "wrong-fix controls: 10 of 10 competent mutant(s) killed (score 1.00)" in \
+        result["summary"]
+    # the same seed (digest and spec hash) and the same sample as the weak task's gold patch
+    # would give under its own spec: the sample is the spec's, not the run's
+    assert info["generated"]["seed"].endswith(result["spec_hash"])
+
+
+def test_required_strength_fails_and_controls_run_once_per_image_and_spec(
+        tmp_path: Path, demo: Catalogue, runtime: DockerRuntime) -> None:
+    env = with_strength(demo.environment(WEAK), mutants=4, require=True)
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        services = build_services(demo, store)
+        run_id = store.start_run("test", [])
+
+        def check(target: Environment) -> ProbeResult:
+            [result] = run_cycle([target], [ProbeKind.TESTS], runtime, run_id,
+                                 services=services)
+            store.record(run_id, result)
+            return result
+
+        first, second = check(env), check(env)
+    assert (first.status, first.reason) == (Status.FAIL, Reason.WEAK_VERIFIER), first.summary
+    info, again = first.details["strength"], second.details["strength"]
+    assert "reused" not in info and info["runs"] > 4
+    assert again["reused"] == {"from": first.started_at.isoformat()}
+    assert (second.status, second.reason) == (Status.FAIL, Reason.WEAK_VERIFIER)
+    assert again["survivors"] == info["survivors"] and again["score"] == info["score"]
+    assert again["runs"] == 0 and "seconds" not in again
+    assert second.duration_s < first.duration_s  # the mutants' runs are not paid again
+
+
+def alone(env: Environment, runtime: DockerRuntime) -> Verdict:
+    """The wrong-fix controls of ``env`` after a pass of its own controls, nothing else."""
+    with ExitStack() as stack:
+        ctx = ProbeContext(env, new_run_id(), runtime, None, stack)
+        return with_strength_controls(ctx, PASSED)
+
+
+def test_controls_that_cannot_be_played_say_why_and_give_no_score(
+        demo: Catalogue, runtime: DockerRuntime) -> None:
+    env = demo.environment(STRONG)
+    assert env.tests is not None and env.tests.oracle is not None
+    # a gold patch the image's repository does not take: its files cannot be read back
+    wrong = env.tests.oracle.patch
+    assert wrong is not None
+    broken = env.model_copy(update={"tests": env.tests.model_copy(update={
+        "oracle": Oracle(patch=wrong.replace("textkit/wrap.py", "textkit/nowhere.py"))})})
+    verdict = alone(broken, runtime)
+    info = verdict.details["strength"]
+    assert info["played"] is False and info["score"] is None
+    assert info["why"].startswith("the gold patch did not apply in a fresh container")
+    assert "wrong-fix controls not played: the gold patch did not apply" in verdict.summary
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+    assert verdict.evidence and "apply the gold patch" in verdict.evidence[0].command
+    # an oracle that is not a patch: nothing to mutate, said so
+    script = env.model_copy(update={"tests": env.tests.model_copy(update={
+        "oracle": Oracle(script="true\n")})})
+    info = alone(script, runtime).details["strength"]
+    assert info["played"] is False and info["why"].startswith("the oracle is not a patch")
+
+
+def test_mutants_the_time_budget_leaves_out_are_listed_and_make_no_verdict(
+        demo: Catalogue, runtime: DockerRuntime) -> None:
+    env = with_strength(demo.environment(WEAK), mutants=3)
+    rushed = env.model_copy(update={"timeouts": Timeouts(probe_s=0.001)})
+    verdict = alone(rushed, runtime)
+    info = verdict.details["strength"]
+    assert info["partial"] is True and len(info["unplayed"]) == 3 and info["mutants"] == []
+    assert info["score"] is None and "not_measurable" in info
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+    assert "3 not played: probe_s reached" in verdict.summary
+
+
+def test_a_strength_block_is_off_unless_declared_and_keeps_old_spec_hashes(
+        demo: Catalogue) -> None:
+    env = demo.environment(STRONG)
+    assert env.tests is not None
+    spec = env.tests.model_copy(update={"strength": None})
+    bare = env.model_copy(update={"tests": spec})
+    assert bare.strength() is None and "strength" not in spec.model_dump()
+    assert bare.spec_hash(ProbeKind.TESTS) != env.spec_hash(ProbeKind.TESTS)
+    assert env.strength() == Strength(mutants=10)
