@@ -45,7 +45,8 @@ from envcheck.catalogue.loader import load_catalogue
 from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.kinds import Verdict, load_probe
 from envcheck.store import open_store
-from envcheck.store.tables import EnvStateRow, ProbeResultRow
+from envcheck.store.tables.results import ProbeResultRow
+from envcheck.store.tables.states import EnvStateRow
 
 IMAGE = "envcheck-demo/healthy:latest"
 MISSING_IMAGE = "envcheck-demo/never-built:latest"

@@ -124,6 +124,7 @@ def measure(git: Git, sha: str, files: list[str], cap: int) -> dict[str, Any]:
     partials = partial_patches(gold, sha, post_images=posts)
     git("read-tree", f"{sha}^")
     unapplied = Counter(str(m.operator) for m in full.mutants if not git.applies(m.patch))
+    corrupted = _corrupted(gold)
     return {
         "sha": sha, "files": len(files),
         "added": sum(len(fp.added_lines()) for fp in patch.files
@@ -139,7 +140,21 @@ def measure(git: Git, sha: str, files: list[str], cap: int) -> dict[str, Any]:
         "emitted": dict(Counter(str(m.operator) for m in full.mutants)),
         "partials": len(partials),
         "partials_unapplied": sum(not git.applies(p.patch) for p in partials),
+        # the check itself checked: the gold applies, a gold with one context line changed not
+        "gold_applies": git.applies(gold),
+        "corrupted_refused": None if corrupted is None else not git.applies(corrupted),
     }
+
+
+def _corrupted(gold: str) -> str | None:
+    """``gold`` with the first line its first hunk expects changed, or None if that hunk
+    expects none (a new file)."""
+    lines = gold.split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith("@@"))
+    if not lines[first + 1].startswith((" ", "-")):
+        return None
+    lines[first + 1] += " (changed)"
+    return "\n".join(lines)
 
 
 def operator_table(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -190,6 +205,10 @@ def report(repos: dict[str, dict[str, Any]], cap: int) -> None:
           f"{sum(t['partials'] for t in tasks)}")
     print(f"post-images whose rebuilt base differs from the parent's file: "
           f"{sum(t['preimage_mismatches'] for t in tasks)}")
+    controls = [t["corrupted_refused"] for t in tasks if t["corrupted_refused"] is not None]
+    print(f"the apply check checked: the gold applies in {sum(t['gold_applies'] for t in tasks)}"
+          f" of {len(tasks)}, a gold with one context line changed is refused in "
+          f"{sum(controls)} of {len(controls)}")
     print(f"generation ms per task at cap {cap}: {spread([t['capped_ms'] for t in tasks])}")
     print(f"generation ms per task, no cap: {spread([t['full_ms'] for t in tasks])}\n")
     print(f"{'operator':18} {'sites':>6} {'tried':>6} {'equiv':>6} {'dup':>5} {'base':>5} "

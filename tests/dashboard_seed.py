@@ -29,7 +29,7 @@ from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.kinds.adversarial.controls import Attempted
 from envcheck.kinds.datasource.probe import DataSourceChecker, combine
 from envcheck.store import Store, open_store
-from envcheck.store.tables import CheckRun
+from envcheck.store.tables.runs import CheckRun
 from tests.http_server import MisbehavingServer, fail, ok
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)

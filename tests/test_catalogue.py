@@ -16,10 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from envcheck.catalogue.keypaths import format_path
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue, Environment, Limits, Schedules, Timeouts
 from envcheck.catalogue.probe_specs import TestSpec
-from envcheck.catalogue.yamlsrc import SourceLimits, format_path, load_yaml
+from envcheck.catalogue.sourcelimits import SourceLimits
+from envcheck.catalogue.yamlsrc import load_yaml
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 from envcheck.core.results import ProbeKind
 

@@ -14,14 +14,17 @@ from typing import Any
 
 import pytest
 
+import envcheck.catalogue.sourcefile as sourcefile_mod
 import envcheck.catalogue.sourcetext as sourcetext_mod
 import envcheck.catalogue.yamlsrc as yamlsrc_mod
 from envcheck.catalogue.handover import BATCH, Handover, Taken
 from envcheck.catalogue.loader import _options, load_catalogue
 from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.catalogue.sharing import Sharing
+from envcheck.catalogue.sourcefile import read_source
+from envcheck.catalogue.sourcelimits import SourceLimits
 from envcheck.catalogue.sourcetext import SourceText
-from envcheck.catalogue.yamlsrc import SourceLimits, load_yaml, read_source
+from envcheck.catalogue.yamlsrc import load_yaml
 from envcheck.core.errors import CatalogueError
 
 
@@ -159,7 +162,7 @@ def test_a_large_file_loads_alike_held_compressed(tmp_path: Path,
     bad.write_text(fleet(50, bad_at=40), encoding="utf-8")
     binary.write_bytes(fleet(5).encode() + b"# \xff\n")
     expected = [loaded(p) for p in (good, bad, binary)]
-    monkeypatch.setattr(yamlsrc_mod, "PACK_ABOVE", 0)
+    monkeypatch.setattr(sourcefile_mod, "PACK_ABOVE", 0)
     assert isinstance(read_source(good, SourceLimits())[0], SourceText)
     assert [loaded(p) for p in (good, bad, binary)] == expected
     line = fleet(5).count("\n") + 1

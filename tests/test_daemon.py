@@ -27,7 +27,7 @@ from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
 from envcheck.feed.allowlist import allowlist
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_TAG
 from envcheck.store import Store, open_store
-from envcheck.store.tables import ProbeResultRow
+from envcheck.store.tables.results import ProbeResultRow
 from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
 from tests.polling import wait_for
 from tests.ports import free_port

@@ -30,7 +30,7 @@ from envcheck.kinds.testvalidity.depth import DepthAdvisor
 from envcheck.kinds.testvalidity.probe import CONFIRM, TestsProbe
 from envcheck.metrics import StoreMetrics
 from envcheck.store import open_store
-from envcheck.store.tables import ResultLine
+from envcheck.store.tables.results import ResultLine
 from tests.test_tests_probe import F2P, P2P, FakeRuntime, Script, healthy
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -13,7 +13,7 @@ import pytest
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.labels import LABEL_RUN
 from envcheck.store import open_store
-from envcheck.store.tables import RunState
+from envcheck.store.tables.runs import RunState
 from tests.conftest import DEMO, SESSION_TAG, envcheck_cmd
 from tests.engine_proxy import EngineProxy
 from tests.polling import wait_for

@@ -22,7 +22,8 @@ from envcheck.health.quarantine import (
 from envcheck.health.sprt import HealthPolicy, assess_env, assess_kind, wilson_interval
 from envcheck.health.summary import env_summary
 from envcheck.store.sql import FeedRow
-from envcheck.store.tables import EnvStateRow, QuarantineListing, SuiteRow
+from envcheck.store.tables.catalogue import SuiteRow
+from envcheck.store.tables.states import EnvStateRow, QuarantineListing
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KIND = ProbeKind.TERMINAL

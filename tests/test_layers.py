@@ -41,12 +41,12 @@ def copy_tree(tmp_path: Path) -> Path:
 
 def test_an_import_running_back_up_breaks_the_contract(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path)
-    tables = tree / "envcheck" / "store" / "tables.py"
+    tables = tree / "envcheck" / "store" / "tables" / "states.py"
     tables.write_text(tables.read_text() + "\nfrom envcheck.feed import allowlist  # noqa\n")
     proc = lint(tree)
     assert proc.returncode != 0
     assert "stages import only the stages before them BROKEN" in proc.stdout
-    assert "envcheck.store.tables -> envcheck.feed.allowlist" in proc.stdout
+    assert "envcheck.store.tables.states -> envcheck.feed.allowlist" in proc.stdout
 
 
 def test_the_dashboard_reaching_the_probes_through_the_api_breaks_the_contract(

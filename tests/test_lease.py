@@ -20,7 +20,7 @@ from envcheck.store.holder import Holder
 from envcheck.store.lease import FENCED, StoreLease
 from envcheck.store.pglease import application_name, holder_of
 from envcheck.store.store import new_run
-from envcheck.store.tables import CheckRun
+from envcheck.store.tables.runs import CheckRun
 from tests.polling import wait_for
 
 

@@ -25,7 +25,8 @@ from envcheck.notify.notifier import Notifier, RetryPolicy
 from envcheck.notify.payloads import fingerprint
 from envcheck.store import Store, open_store
 from envcheck.store.deliveries import Delivery, DeliveryStatus, Subject
-from envcheck.store.tables import TransitionRow, WebhookRow
+from envcheck.store.tables.deliveries import WebhookRow
+from envcheck.store.tables.states import TransitionRow
 from tests.http_server import MisbehavingServer, fail, hang, ok
 from tests.polling import wait_for
 from tests.ports import free_port

@@ -32,7 +32,7 @@ from envcheck.store.prune import FREE_RESERVE
 from envcheck.store.retention import Retention, day_start
 from envcheck.store.rollups import Histogram, duration_bucket, hourly_from
 from envcheck.store.store import new_run
-from envcheck.store.tables import DURATION_BOUNDS
+from envcheck.store.tables.rollups import DURATION_BOUNDS
 from tests.conftest import envcheck_cmd
 
 NOW = datetime(2025, 6, 21, 12, 0, tzinfo=UTC)

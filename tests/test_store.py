@@ -29,7 +29,7 @@ from envcheck.store.database import (
     create_store_engine,
     schema_revision,
 )
-from envcheck.store.tables import EnvironmentRow
+from envcheck.store.tables.catalogue import EnvironmentRow
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -16,7 +16,8 @@ from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.feed.allowlist import allowlist
 from envcheck.store import Store, open_store
 from envcheck.store.copy import APPEND_ONLY, copy_store, state_checksum
-from envcheck.store.tables import EnvStateRow, ProbeResultRow
+from envcheck.store.tables.results import ProbeResultRow
+from envcheck.store.tables.states import EnvStateRow
 from tests.conftest import envcheck_cmd
 from tests.dashboard_seed import Seeded, copy_sqlite, sqlite_template
 

@@ -339,3 +339,10 @@ def test_statements_visited_alone_give_the_sites_of_the_whole_file(name: str) ->
         assert [(s.operator, s.line, s.column, s.description, s.first_line, s.top)
                 for s in alone] == [(s.operator, s.line, s.column, s.description,
                                      s.first_line, s.top) for s in whole]
+
+
+def test_a_file_the_patch_only_shortens_has_no_mutant(tmp_path: Path) -> None:
+    gen = generate(tmp_path, {"m.py": "import os\nimport sys\n\nx = 1\n", "n.py": "y = 1\n"},
+                   {"m.py": "import os\n\nx = 1\n", "n.py": "y = 2\n"})
+    assert {m.file for m in gen.mutants} == {"n.py"}
+    assert gen.skipped == ()

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 import envcheck.catalogue.loader as loader_mod
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
-from envcheck.catalogue.yamlsrc import SourceDoc, SourceLimits, load_yaml
+from envcheck.catalogue.sourcelimits import SourceLimits
+from envcheck.catalogue.yamlsrc import SourceDoc, load_yaml
 from envcheck.catalogue.yamlvalues import FAST_PARSER, read_values
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 

@@ -15,14 +15,9 @@ from envcheck.core.depth import RunCount
 from envcheck.core.results import ProbeResult
 from envcheck.feed.allowlist import Allowlist
 from envcheck.health.sprt import KindHealth
-from envcheck.store.tables import (
-    Incident,
-    IncidentFields,
-    QuarantineListing,
-    ResultFields,
-    Transition,
-    TransitionFields,
-)
+from envcheck.store.tables.results import ResultFields
+from envcheck.store.tables.runs import Incident, IncidentFields
+from envcheck.store.tables.states import QuarantineListing, Transition, TransitionFields
 
 __all__ = [
     "AllowlistOut",

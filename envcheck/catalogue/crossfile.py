@@ -12,7 +12,8 @@ from typing import Any
 
 from envcheck.catalogue.fields import ID_PATTERN
 from envcheck.catalogue.handover import Taken
-from envcheck.catalogue.yamlsrc import KeyPath, SourceDoc
+from envcheck.catalogue.keypaths import KeyPath
+from envcheck.catalogue.yamlsrc import SourceDoc
 
 __all__ = ["CrossFileChecks"]
 

@@ -3,7 +3,7 @@
 Every problem found while loading, in any file, is collected with its file, line and key
 path, then raised together as one :class:`~envcheck.core.errors.CatalogueError`: the author
 fixes a catalogue in one pass, not one error per run. File sizes and nesting are bounded
-(:class:`~envcheck.catalogue.yamlsrc.SourceLimits`) before anything is parsed.
+(:class:`~envcheck.catalogue.sourcelimits.SourceLimits`) before anything is parsed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.document import CatalogueFile
 from envcheck.catalogue.fields import CATALOGUE_FILE, schedule_floor
 from envcheck.catalogue.handover import Handover, Taken
+from envcheck.catalogue.keypaths import KeyPath
 from envcheck.catalogue.merge import resolve_environment
 from envcheck.catalogue.messages import describe_error, show_value
 from envcheck.catalogue.models import (
@@ -33,14 +34,9 @@ from envcheck.catalogue.models import (
 )
 from envcheck.catalogue.outline import at, in_file_order, split_environments
 from envcheck.catalogue.sharing import Sharing
-from envcheck.catalogue.yamlsrc import (
-    KeyPath,
-    SourceDoc,
-    SourceLimits,
-    file_kind,
-    load_yaml,
-    read_source,
-)
+from envcheck.catalogue.sourcefile import file_kind, read_source
+from envcheck.catalogue.sourcelimits import SourceLimits
+from envcheck.catalogue.yamlsrc import SourceDoc, load_yaml
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 
 __all__ = ["load_catalogue"]

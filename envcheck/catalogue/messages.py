@@ -14,8 +14,8 @@ from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
 from envcheck.catalogue.fields import ID_PATTERN
+from envcheck.catalogue.keypaths import KeyPath
 from envcheck.catalogue.models import CATALOGUE_VERSION
-from envcheck.catalogue.yamlsrc import KeyPath
 
 __all__ = ["describe_error", "show_value"]
 

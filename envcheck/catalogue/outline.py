@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
-from envcheck.catalogue.yamlsrc import KeyPath
+from envcheck.catalogue.keypaths import KeyPath
 
 __all__ = ["at", "in_file_order", "split_environments"]
 

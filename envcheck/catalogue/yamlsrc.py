@@ -9,177 +9,35 @@ Lines cost: reading a 10,000-environment catalogue with them takes seconds, so
 :func:`load_yaml` reads the values first from the parser's events (:mod:`.yamlvalues`, which
 gives up on anything reported here) and finds the lines only when a problem asks for one.
 
-A file is hostile until measured: its size is checked by ``stat`` before a byte is read (and
-only regular files are opened, never blocking on a FIFO), and the node count and nesting depth
-while it is composed, so that a huge or deeply nested file is refused early with a message
-naming the limit and the environment variable that raises it (:class:`SourceLimits`).
+The limits (:mod:`.sourcelimits`) bound a file's size when it is read (:mod:`.sourcefile`),
+its nodes and depth as written while it is composed (:mod:`.yamlcompose`), and here what its
+aliases expand it to.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import re
-import stat
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from envcheck.catalogue.sourcetext import PACK_ABOVE, SourceText
+from envcheck.catalogue.keypaths import KeyPath, format_path
+from envcheck.catalogue.sourcelimits import MAX_DEPTH_ENV, SourceLimits
+from envcheck.catalogue.sourcetext import SourceText
+from envcheck.catalogue.yamlcompose import (
+    LimitedLoader,
+    TooLargeError,
+    reader_issue,
+    too_deep,
+    yaml_message,
+)
 from envcheck.catalogue.yamlvalues import Take, read_values
 from envcheck.core.errors import CatalogueIssue
 
-__all__ = ["KeyPath", "SourceDoc", "SourceLimits", "file_kind", "format_path", "load_yaml",
-           "read_source"]
+__all__ = ["SourceDoc", "load_yaml"]
 
-KeyPath = tuple[str | int, ...]
-
-MAX_BYTES_ENV = "ENVCHECK_CATALOGUE_MAX_BYTES"
-MAX_NODES_ENV = "ENVCHECK_CATALOGUE_MAX_NODES"
-MAX_DEPTH_ENV = "ENVCHECK_CATALOGUE_MAX_DEPTH"
-# A 10,000-environment catalogue is about 4 MB and 300,000 nodes; its schema nests 8 levels.
-MAX_BYTES = 32 * 1024 * 1024
-MAX_NODES = 1_000_000  # per file, aliases expanded: a "billion laughs" must not hang the loader
-MAX_DEPTH = 64
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
-
-
-_SIZE = re.compile(r"^\s*(\d+)\s*(k|kib|m|mib|g|gib)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gib": 1 << 30}
-
-
-def _show_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
-    return f"{n} bytes"
-
-
-@dataclass(frozen=True, slots=True)
-class SourceLimits:
-    """How large a catalogue file may be; each limit is raised by an environment variable."""
-
-    max_bytes: int = MAX_BYTES
-    max_nodes: int = MAX_NODES
-    max_depth: int = MAX_DEPTH
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> SourceLimits:
-        """The limits, with ``$ENVCHECK_CATALOGUE_MAX_{BYTES,NODES,DEPTH}`` applied; raises
-        ValueError (one line naming the variable) for a value that is not a positive number."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, int] = {}
-        for name, attr, sizes in ((MAX_BYTES_ENV, "max_bytes", True),
-                                  (MAX_NODES_ENV, "max_nodes", False),
-                                  (MAX_DEPTH_ENV, "max_depth", False)):
-            raw = environ.get(name, "").strip()
-            if not raw:
-                continue
-            match = _SIZE.match(raw) if sizes else re.match(r"^\s*(\d+)\s*()$", raw)
-            value = int(match.group(1)) * _UNITS[match.group(2).lower()] if match else 0
-            if value <= 0:
-                what = "a size in bytes (e.g. 67108864 or 64MiB)" if sizes else "a whole number"
-                raise ValueError(f"{name}={raw!r} is not a valid limit: use {what} above 0")
-            values[attr] = value
-        return cls(**values)
-
-    def too_large(self, size: int) -> str:
-        enough = -(-size // (1 << 20))  # MiB, rounded up
-        return (f"the file is {_show_bytes(size)}, more than {_show_bytes(self.max_bytes)} "
-                f"(the limit; raise it with {MAX_BYTES_ENV}, e.g. "
-                f"{MAX_BYTES_ENV}={enough}MiB)")
-
-
-def read_source(path: Path, limits: SourceLimits
-                ) -> tuple[str | SourceText | None, str | None]:
-    """The text of a catalogue file, or why it cannot be read: (text, None) or (None, reason).
-    A large file's text is held compressed (:mod:`.sourcetext`).
-
-    Only a regular file is read, and only after ``fstat`` says it is within
-    ``limits.max_bytes``; it is opened non-blocking, so a FIFO (even one swapped in after the
-    directory was listed) never blocks the loader.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        return None, describe_os_error(exc)
-    try:
-        info = os.fstat(fd)
-        kind = _not_regular(info.st_mode)
-        if kind is not None:
-            return None, f"{kind}, not a regular file: envcheck reads only regular files"
-        if info.st_size > limits.max_bytes:
-            return None, limits.too_large(info.st_size)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            # the file may have grown since fstat: a byte more than the limit is read
-            packed = SourceText.read(f, limits.max_bytes + 1) \
-                if info.st_size > PACK_ABOVE else None
-            if packed is None:  # small, or not UTF-8 (where: the whole text's decoding)
-                data = f.read(limits.max_bytes + 1)
-    except OSError as exc:
-        return None, describe_os_error(exc)
-    finally:
-        os.close(fd)
-    if packed is not None:
-        text, size = packed
-        return (None, limits.too_large(size)) if size > limits.max_bytes else (text, None)
-    if len(data) > limits.max_bytes:
-        return None, limits.too_large(len(data))
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        return None, f"cannot read: not UTF-8 text (byte 0x{data[exc.start]:02X} on line {line})"
-
-
-def _not_regular(mode: int) -> str | None:
-    """What a non-regular file is, in words; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
-
-
-def describe_os_error(exc: OSError) -> str:
-    """An OS error on a catalogue path in words (without repeating the path)."""
-    if exc.errno == errno.ELOOP:
-        return "a symlink loop (too many levels of symbolic links)"
-    if exc.errno == errno.ENOENT:
-        return "no such file or directory"
-    return f"cannot read: {exc.strerror or exc}"
-
-
-def file_kind(path: Path) -> str | None:
-    """None if ``path`` (followed through symlinks) is a regular file, else what it is (or
-    why it cannot be examined), in words; never opens it."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        if exc.errno == errno.ENOENT and path.is_symlink():
-            return f"a broken symlink (to {os.readlink(path)!r})"
-        return describe_os_error(exc)
-    kind = _not_regular(mode)
-    return None if kind is None else f"{kind}, not a regular file"
-
-
-def format_path(path: KeyPath) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 @dataclass
@@ -224,47 +82,6 @@ class SourceDoc:
         return CatalogueIssue(self.file, self.line_of(path), format_path(path), message)
 
 
-class _TooLargeError(Exception):
-    """A limit was reached: the message says which, and how to raise it."""
-
-    def __init__(self, message: str, line: int | None = None) -> None:
-        super().__init__(message)
-        self.line = line
-
-
-def _too_deep(limits: SourceLimits, aliases: str = "") -> str:
-    return (f"nested deeper than {limits.max_depth} levels{aliases} (the limit; raise it with "
-            f"{MAX_DEPTH_ENV}=<levels>)")
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader counting nodes and depth while it composes: the limits stop a
-    huge or deeply nested file before it is all in memory, or before Python's recursion
-    limit is reached."""
-
-    def __init__(self, text: str, limits: SourceLimits) -> None:
-        super().__init__(text)
-        self.limits = limits
-        self.nodes = 0
-        self.depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):  # no new node: the anchor's, counted once
-            return super().compose_node(parent, index)
-        line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
-        self.nodes += 1
-        if self.nodes > self.limits.max_nodes:
-            raise _TooLargeError(f"the document has more than {self.limits.max_nodes} nodes "
-                                 f"(the limit; raise it with {MAX_NODES_ENV}=<nodes>)", line)
-        self.depth += 1
-        try:
-            if self.depth > self.limits.max_depth:
-                raise _TooLargeError(_too_deep(self.limits), line)
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-
 @dataclass
 class _Builder:
     loader: yaml.SafeLoader
@@ -285,12 +102,12 @@ class _Builder:
         # The composer counted every node once and bounded the depth as written: going past
         # a limit here means aliases expand the document.
         if self.count > self.limits.max_nodes:
-            raise _TooLargeError(f"aliases expand the document to more than "
-                                 f"{self.limits.max_nodes} nodes (an alias bomb?)",
-                                 doc.lines.get(path))
+            raise TooLargeError(f"aliases expand the document to more than "
+                                f"{self.limits.max_nodes} nodes (an alias bomb?)",
+                                doc.lines.get(path))
         if len(path) >= self.limits.max_depth:
-            raise _TooLargeError(_too_deep(self.limits, " once aliases are expanded"),
-                                 doc.lines.get(path))
+            raise TooLargeError(too_deep(self.limits, " once aliases are expanded"),
+                                doc.lines.get(path))
         if id(node) in self.active:
             doc.issues.append(doc.issue(path, "an alias refers to a node that contains it"))
             return None
@@ -399,9 +216,9 @@ def load_yaml(file: str, text: str | SourceText, limits: SourceLimits | None = N
 def _load_with_lines(file: str, text: str, limits: SourceLimits) -> SourceDoc:
     doc = SourceDoc(file)
     try:
-        loader = _Loader(text, limits)
+        loader = LimitedLoader(text, limits)
     except yaml.reader.ReaderError as exc:
-        doc.issues.append(_reader_issue(file, text, exc))
+        doc.issues.append(reader_issue(file, text, exc))
         return doc
     try:
         node = loader.get_single_node()
@@ -410,12 +227,12 @@ def _load_with_lines(file: str, text: str, limits: SourceLimits) -> SourceDoc:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        doc.issues.append(CatalogueIssue(file, line, "", f"invalid YAML: {_yaml_message(exc)}"))
+        doc.issues.append(CatalogueIssue(file, line, "", f"invalid YAML: {yaml_message(exc)}"))
     except yaml.reader.ReaderError as exc:
-        doc.issues.append(_reader_issue(file, text, exc))
+        doc.issues.append(reader_issue(file, text, exc))
     except yaml.YAMLError as exc:
         doc.issues.append(CatalogueIssue(file, None, "", f"invalid YAML: {exc}"))
-    except _TooLargeError as exc:
+    except TooLargeError as exc:
         doc.data, doc.lines = None, {}
         doc.issues.append(CatalogueIssue(file, exc.line, "", str(exc)))
     except RecursionError:  # only if a raised depth limit outgrows Python's stack
@@ -425,18 +242,3 @@ def _load_with_lines(file: str, text: str, limits: SourceLimits) -> SourceDoc:
     finally:
         loader.dispose()
     return doc
-
-
-def _reader_issue(file: str, text: str, exc: yaml.reader.ReaderError) -> CatalogueIssue:
-    char = exc.character if isinstance(exc.character, int) else ord(exc.character)
-    line = text.count("\n", 0, exc.position) + 1
-    return CatalogueIssue(file, line, "", f"invalid YAML: character U+{char:04X} is not "
-                                          f"allowed ({exc.reason})")
-
-
-def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
-    problem = exc.problem or exc.context or "syntax error"
-    if exc.problem and exc.context and exc.context_mark is not None:
-        where = exc.context_mark.line + 1
-        return f"{problem} ({exc.context} at line {where})"
-    return str(problem)

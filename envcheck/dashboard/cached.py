@@ -38,7 +38,8 @@ from envcheck.dashboard.fleet import (
     suite_stats,
 )
 from envcheck.store import Store, default_database_url, open_store
-from envcheck.store.tables import QuarantineListing, ResultLine, Transition
+from envcheck.store.tables.results import ResultLine
+from envcheck.store.tables.states import QuarantineListing, Transition
 from envcheck.store.views.common import DataVersion, Page, StoredResult
 from envcheck.store.views.data_sources import SourceUse
 from envcheck.store.views.environment import DigestSpan

@@ -14,7 +14,8 @@ from envcheck.core.results import Status
 from envcheck.health.sprt import KindHealth, wilson_interval
 from envcheck.health.summary import env_summary
 from envcheck.store import Store
-from envcheck.store.tables import QuarantineListing, ResultLine
+from envcheck.store.tables.results import ResultLine
+from envcheck.store.tables.states import QuarantineListing
 from envcheck.store.views.common import StoredResult
 
 __all__ = [

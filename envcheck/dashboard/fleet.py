@@ -11,7 +11,7 @@ from typing import Literal
 
 from envcheck.health.quarantine import allowed_count
 from envcheck.store import Store
-from envcheck.store.tables import Incident
+from envcheck.store.tables.runs import Incident
 from envcheck.store.views.fleet import SuiteOverview
 
 __all__ = [

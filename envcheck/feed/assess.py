@@ -19,7 +19,7 @@ from envcheck.feed.exports import default_export_dir, write_exports
 from envcheck.health.quarantine import QuarantineEntry, Source, Transition, decide, manual
 from envcheck.health.sprt import EnvHealth, HealthPolicy, assess_env
 from envcheck.store import Store
-from envcheck.store.tables import EnvStateRow, TransitionRow
+from envcheck.store.tables.states import EnvStateRow, TransitionRow
 
 HELD_BACK_SHOWN = 50  # failing results an incident names; the count says how many in all
 

@@ -13,7 +13,8 @@ from datetime import datetime
 from envcheck.core.states import EnvState
 from envcheck.health.quarantine import standing
 from envcheck.health.sprt import KindHealth
-from envcheck.store.tables import EnvStateRow, QuarantineListing, SuiteRow
+from envcheck.store.tables.catalogue import SuiteRow
+from envcheck.store.tables.states import EnvStateRow, QuarantineListing
 
 __all__ = ["EnvSummary", "env_summary"]
 

@@ -29,7 +29,7 @@ from envcheck.metrics.fleet import FleetSeries
 from envcheck.metrics.probes import ProbeSeries
 from envcheck.metrics.staleness import Staleness
 from envcheck.metrics.text import FamilyText, sample_line
-from envcheck.store.tables import SuiteRow
+from envcheck.store.tables.catalogue import SuiteRow
 
 if TYPE_CHECKING:
     from envcheck.catalogue.models import Catalogue

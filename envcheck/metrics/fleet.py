@@ -30,7 +30,7 @@ from envcheck.core.states import EnvState
 from envcheck.health.quarantine import allowed_count
 from envcheck.metrics.cursor import IdCursor
 from envcheck.metrics.text import FamilyText, sample_line
-from envcheck.store.tables import SuiteRow
+from envcheck.store.tables.catalogue import SuiteRow
 from envcheck.store.views.metrics import StateMark
 
 __all__ = ["FULL_CHECK_S", "STATES", "FleetSeries", "FleetSource"]

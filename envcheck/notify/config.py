@@ -35,7 +35,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envcheck.catalogue.yamlsrc import SourceLimits, format_path, load_yaml, read_source
+from envcheck.catalogue.keypaths import format_path
+from envcheck.catalogue.sourcefile import read_source
+from envcheck.catalogue.sourcelimits import SourceLimits
+from envcheck.catalogue.yamlsrc import load_yaml
 from envcheck.core.errors import EnvcheckError
 
 __all__ = ["WEBHOOKS_FILE_ENV", "WebhookConfig", "WebhookConfigError", "WebhookFormat",

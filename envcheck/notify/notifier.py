@@ -58,7 +58,7 @@ from envcheck.notify.payloads import (
 from envcheck.notify.transport import TRANSPORTS, PostResult, WebhookTransport
 from envcheck.store import Store
 from envcheck.store.deliveries import DeliveryStatus, Subject
-from envcheck.store.tables import TransitionRow
+from envcheck.store.tables.states import TransitionRow
 
 __all__ = ["Notifier", "RetryPolicy"]
 

@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
 
-from envcheck.store.tables import IncidentRow, TransitionRow
+from envcheck.store.tables.runs import IncidentRow
+from envcheck.store.tables.states import TransitionRow
 
 __all__ = [
     "Alert",

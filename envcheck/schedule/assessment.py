@@ -7,7 +7,7 @@ from typing import Protocol
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import Previous, ProbeResult
-from envcheck.store.tables import TransitionRow
+from envcheck.store.tables.states import TransitionRow
 
 __all__ = ["Assessment", "WindowOutcome"]
 

@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from envcheck.store import Store
 from envcheck.store.core_tables import RESULTS, RUNS, STATES
 from envcheck.store.sql import operation_failed
-from envcheck.store.tables import RunState
+from envcheck.store.tables.runs import RunState
 
 __all__ = ["latest_outcomes", "states", "unassessed_env_ids"]
 

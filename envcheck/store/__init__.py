@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from envcheck.store.store import Store, open_store
-    from envcheck.store.tables import CheckRun, EnvironmentRow, RunState
+    from envcheck.store.tables.catalogue import EnvironmentRow
+    from envcheck.store.tables.runs import CheckRun, RunState
     from envcheck.store.urls import default_database_url
 
 __all__ = ["CheckRun", "EnvironmentRow", "RunState", "Store", "default_database_url", "open_store"]
 
-_WHERE = {"Store": "store", "open_store": "store", "CheckRun": "tables",
-          "EnvironmentRow": "tables", "RunState": "tables", "default_database_url": "urls"}
+_WHERE = {"Store": "store", "open_store": "store", "CheckRun": "tables.runs",
+          "EnvironmentRow": "tables.catalogue", "RunState": "tables.runs",
+          "default_database_url": "urls"}
 
 
 def __getattr__(name: str) -> Any:

@@ -9,20 +9,13 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, Table, select
 from sqlmodel import SQLModel
 
-from envcheck.store.tables import (
-    CheckRun,
-    DataSourceShapeRow,
-    EnvironmentRow,
-    EnvStateRow,
-    IncidentRow,
-    NotificationRow,
-    ProbeResultRow,
-    RetentionMarkRow,
-    SuiteRow,
-    TransitionRow,
-    WebhookRow,
-    result_rollup,
-)
+from envcheck.store.tables.catalogue import EnvironmentRow, SuiteRow
+from envcheck.store.tables.deliveries import NotificationRow, WebhookRow
+from envcheck.store.tables.results import ProbeResultRow
+from envcheck.store.tables.rollups import RetentionMarkRow, result_rollup
+from envcheck.store.tables.runs import CheckRun, IncidentRow
+from envcheck.store.tables.shapes import DataSourceShapeRow
+from envcheck.store.tables.states import EnvStateRow, TransitionRow
 
 __all__ = ["ENVS", "INCIDENTS", "MARKS", "NOTIFICATIONS", "RESULTS", "ROLLUPS", "RUNS", "SHAPES",
            "STATES", "SUITES", "TRANSITIONS", "WEBHOOKS", "columns", "not_retired"]

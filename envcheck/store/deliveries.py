@@ -22,10 +22,11 @@ from envcheck.store.core_tables import RUNS as _R
 from envcheck.store.core_tables import TRANSITIONS as _T
 from envcheck.store.core_tables import WEBHOOKS as _W
 from envcheck.store.core_tables import columns
-from envcheck.store.tables import Delivery, DeliveryStatus, IncidentRow, RunState
+from envcheck.store.tables.deliveries import Delivery, DeliveryStatus
+from envcheck.store.tables.runs import IncidentRow, RunState
 
-# Delivery and DeliveryStatus are the notification table's record (in ``tables``), named here
-# too for the notifier, which knows this module as its queue.
+# Delivery and DeliveryStatus are the notification table's record (in ``tables.deliveries``),
+# named here too for the notifier, which knows this module as its queue.
 __all__ = ["Delivery", "DeliveryRecords", "DeliveryStatus", "Subject"]
 
 

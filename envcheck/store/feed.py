@@ -20,15 +20,9 @@ from envcheck.core.states import Observation
 from envcheck.store.access import StoreAccess
 from envcheck.store.core_tables import ENVS, RESULTS, STATES, TRANSITIONS, not_retired
 from envcheck.store.sql import GENERATION_SQL, SUITE_FEED_SQL, FeedRow
-from envcheck.store.tables import (
-    EnvironmentRow,
-    EnvStateRow,
-    IncidentRow,
-    QuarantineListing,
-    RetiredListing,
-    SuiteRow,
-    TransitionRow,
-)
+from envcheck.store.tables.catalogue import EnvironmentRow, RetiredListing, SuiteRow
+from envcheck.store.tables.runs import IncidentRow
+from envcheck.store.tables.states import EnvStateRow, QuarantineListing, TransitionRow
 
 if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
     from envcheck.catalogue.models import Suite

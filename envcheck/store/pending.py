@@ -42,7 +42,7 @@ from envcheck.core.errors import StoreError
 from envcheck.core.results import ProbeResult
 from envcheck.store.database import redact
 from envcheck.store.store import Store, new_run
-from envcheck.store.tables import CheckRun, RunState
+from envcheck.store.tables.runs import CheckRun, RunState
 
 __all__ = ["DEFAULT_LIMIT", "PendingWrites", "store_reason"]
 

@@ -78,7 +78,9 @@ from envcheck.store.core_tables import INCIDENTS, MARKS, RESULTS, ROLLUPS, RUNS,
 from envcheck.store.feed import OBSERVATION_WINDOW
 from envcheck.store.retention import Cutoffs, PruneReport, Retention
 from envcheck.store.rollups import FOLD_COLUMNS, HOURLY_FROM, add_rollups, fold, hourly_from
-from envcheck.store.tables import RollupPeriod, RunState, UTCDateTime
+from envcheck.store.tables.columns import UTCDateTime
+from envcheck.store.tables.rollups import RollupPeriod
+from envcheck.store.tables.runs import RunState
 
 __all__ = ["RetentionRecords"]
 

@@ -1,5 +1,6 @@
 """Rollups: results folded into counts per environment, period, kind, image digest, status and
-reason, with their durations as a histogram (:data:`~envcheck.store.tables.DURATION_BOUNDS`).
+reason, with their durations as a histogram
+(:data:`~envcheck.store.tables.rollups.DURATION_BOUNDS`).
 
 Every result is counted exactly once: as a raw row, or in the rollups, which the very
 transaction that deletes it adds it to (:mod:`envcheck.store.prune`). So a reader that counts
@@ -26,7 +27,12 @@ from envcheck.core.numbers import bucket_index, histogram_quantile
 from envcheck.store.core_tables import MARKS, ROLLUPS
 from envcheck.store.database import upsert_insert
 from envcheck.store.retention import day_start, hour_start
-from envcheck.store.tables import DURATION_BOUNDS, DURATION_COLUMNS, ROLLUP_KEY, RollupPeriod
+from envcheck.store.tables.rollups import (
+    DURATION_BOUNDS,
+    DURATION_COLUMNS,
+    ROLLUP_KEY,
+    RollupPeriod,
+)
 
 __all__ = ["EPOCH", "FOLD_COLUMNS", "HOURLY_FROM", "Histogram", "RollupTotal", "add_rollups",
            "duration_bucket", "duration_bucket_sql", "fold", "histogram_sums", "hourly_from",

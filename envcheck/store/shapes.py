@@ -17,9 +17,10 @@ from sqlalchemy import bindparam, exists, select, update
 
 from envcheck.store.access import StoreAccess
 from envcheck.store.core_tables import SHAPES, columns
-from envcheck.store.tables import DataSourceShape
+from envcheck.store.tables.shapes import DataSourceShape
 
-# DataSourceShape is the shape table's record (in ``tables``), named here too for its readers.
+# DataSourceShape is the shape table's record (in ``tables.shapes``), named here too for its
+# readers.
 __all__ = ["FIRST_SEEN_ACTOR", "DataSourceShape", "ShapeRecords"]
 
 FIRST_SEEN_ACTOR = "envcheck (first shape seen)"

@@ -36,7 +36,9 @@ from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.prune import RetentionRecords
 from envcheck.store.shapes import ShapeRecords
-from envcheck.store.tables import CheckRun, EnvironmentRow, ProbeResultRow, RunState, probe_result
+from envcheck.store.tables.catalogue import EnvironmentRow
+from envcheck.store.tables.results import ProbeResultRow, probe_result
+from envcheck.store.tables.runs import CheckRun, RunState
 from envcheck.store.views.data_sources import SourceViews
 from envcheck.store.views.environment import EnvironmentViews
 from envcheck.store.views.fleet import FleetViews

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from envcheck.catalogue.fields import MIN_SCHEDULE_ENV, MIN_SCHEDULE_S
-from envcheck.catalogue.yamlsrc import (
+from envcheck.catalogue.sourcelimits import (
     MAX_BYTES,
     MAX_BYTES_ENV,
     MAX_DEPTH,

@@ -32,7 +32,8 @@ from envcheck.store import Store
 from envcheck.store.deliveries import DeliveryStatus
 from envcheck.store.holder import Holder
 from envcheck.store.pglease import KEY, application_name
-from envcheck.store.tables import ProbeResultRow, WebhookRow
+from envcheck.store.tables.deliveries import WebhookRow
+from envcheck.store.tables.results import ProbeResultRow
 from tests.backends import PG_ADMIN
 from tests.http_server import MisbehavingServer, fail, ok
 from tests.test_daemon import (

@@ -31,10 +31,10 @@ from pydantic import (
 from envcheck.catalogue.datasets.base import DatasetBase, Expansion, env_id, resolve_paths
 from envcheck.catalogue.datasets.records import read_records
 from envcheck.catalogue.fields import Seconds
+from envcheck.catalogue.keypaths import format_path
 from envcheck.catalogue.messages import describe_error
 from envcheck.catalogue.models import Environment, EnvironmentSettings
 from envcheck.catalogue.probe_specs import ReportName, TestSpec, repeated
-from envcheck.catalogue.yamlsrc import format_path
 
 __all__ = ["SwebenchDataset", "SwebenchRecord", "expand"]
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from envcheck.kinds.strength.diffs import PatchError
 from envcheck.kinds.strength.gold import DEFAULT_CAP, patch_mutants
 from envcheck.kinds.strength.model import (
-           Family,
-           Mutant,
-           Operator,
-           OutputMutant,
-           PartialPatch,
-           Skipped,
+    Family,
+    Mutant,
+    Operator,
+    OutputMutant,
+    PartialPatch,
+    Skipped,
 )
 from envcheck.kinds.strength.outputs import output_mutants
 from envcheck.kinds.strength.partial import DEFAULT_PARTIAL_CAP, partial_patches

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["OUTPUT_FAMILIES", "PYTHON_OPERATORS", "Family", "Mutant", "Operator", "OutputMutant",
-           "PartialPatch", "Skipped"]
+__all__ = ["OUTPUT_FAMILIES", "PYTHON_OPERATORS", "Changed", "Family", "Mutant", "Operator",
+           "OutputMutant", "PartialPatch", "Skipped"]
 
 
 class Family(StrEnum):
@@ -73,19 +73,16 @@ PYTHON_OPERATORS = tuple(op for op in Operator if op.family not in OUTPUT_FAMILI
 
 
 @dataclass(frozen=True)
-class Mutant:
-    """A wrong fix: the gold patch with one small change to a line it adds.
-
-    ``patch`` is the candidate, a unified diff against the base (the gold patch with this
-    file's post-image replaced by the mutant's), for the same apply path as the gold patch;
-    ``diff`` is the change against the gold post-image, what a survivor is shown as."""
+class Changed:
+    """One small change: which operator made it, where (``line`` of the original file,
+    where the change starts), what it did in words, and its unified diff against the
+    original, what a survivor is shown as."""
 
     operator: Operator
     file: str
-    line: int  # in the gold post-image
+    line: int
     description: str
     diff: str
-    patch: str
 
     @property
     def family(self) -> Family:
@@ -97,24 +94,22 @@ class Mutant:
 
 
 @dataclass(frozen=True)
-class OutputMutant:
+class Mutant(Changed):
+    """A wrong fix: the gold patch with one small change to a line it adds (``line`` and
+    ``diff`` against the gold post-image).
+
+    ``patch`` is the candidate, a unified diff against the base (the gold patch with this
+    file's post-image replaced by the mutant's), for the same apply path as the gold patch."""
+
+    patch: str
+
+
+@dataclass(frozen=True)
+class OutputMutant(Changed):
     """A wrong output: one file the oracle wrote, changed; ``content`` is what to write in
-    its place after the oracle ran, ``diff`` the change against the oracle's."""
+    its place after the oracle ran."""
 
-    operator: Operator
-    file: str
-    line: int  # of the oracle's file, where the change starts
-    description: str
-    diff: str
     content: str
-
-    @property
-    def family(self) -> Family:
-        return self.operator.family
-
-    def to_json(self) -> dict[str, Any]:
-        return {"operator": str(self.operator), "family": str(self.family), "file": self.file,
-                "line": self.line, "description": self.description, "diff": self.diff}
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,8 @@ def find_sites(module: cst.Module, added: frozenset[int] | None,
     comments and blanks not counted), only the statements holding an added line are
     visited, each alone: positions cost a rendering of the code they cover, and a fix adds
     a few lines to a file of thousands."""
+    if added is not None and not added:
+        return []  # the patch only removes lines here
     if added is None or first_lines is None:
         found = _visit(module, module, added, 0, -1)
     else:

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from envcheck.core.results import ProbeResult
 from envcheck.store.access import StoreAccess
 from envcheck.store.core_tables import RESULTS, TRANSITIONS
-from envcheck.store.tables import probe_result
+from envcheck.store.tables.results import probe_result
 
 __all__ = [
     "FULL_COLUMNS",

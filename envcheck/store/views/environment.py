@@ -12,7 +12,8 @@ from sqlalchemy import case, func, select
 
 from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS
 from envcheck.store.rollups import Histogram, duration_bucket_sql, histogram_sums
-from envcheck.store.tables import DURATION_COLUMNS, ResultLine, RollupPeriod
+from envcheck.store.tables.results import ResultLine
+from envcheck.store.tables.rollups import DURATION_COLUMNS, RollupPeriod
 from envcheck.store.views.common import (
     FULL_COLUMNS,
     LINE_COLUMNS,

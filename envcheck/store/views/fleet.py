@@ -33,7 +33,7 @@ from envcheck.core.results import ProbeKind
 from envcheck.core.states import NEVER_CHECKED, EnvState
 from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS, RUNS, STATES, SUITES, not_retired
 from envcheck.store.rollups import hourly_from
-from envcheck.store.tables import RollupPeriod
+from envcheck.store.tables.rollups import RollupPeriod
 from envcheck.store.views.common import Page, PageViews, clamp, like_pattern
 
 __all__ = ["BucketCount", "EnvFilter", "EnvListing", "FleetViews", "SuiteOverview"]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import ColumnElement, and_, func, select, true
 
 from envcheck.store.core_tables import STATES, TRANSITIONS, not_retired
-from envcheck.store.tables import QuarantineListing, Transition
+from envcheck.store.tables.states import QuarantineListing, Transition
 from envcheck.store.views.common import Page, PageViews, clamp, like_pattern
 
 __all__ = ["QuarantineViews"]
