@@ -143,11 +143,13 @@ def test_controls_that_cannot_be_played_say_why_and_give_no_score(
     assert "wrong-fix controls not played: the gold patch did not apply" in verdict.summary
     assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
     assert verdict.evidence and "apply the gold patch" in verdict.evidence[0].command
-    # an oracle that is not a patch: nothing to mutate, said so
+    # an oracle that is a script: its outputs are changed instead (wrong-output controls,
+    # tests/test_strength_wrong_outputs.py); one that fixes nothing shows no output to change
     script = env.model_copy(update={"tests": env.tests.model_copy(update={
         "oracle": Oracle(script="true\n")})})
     info = alone(script, runtime).details["strength"]
-    assert info["played"] is False and info["why"].startswith("the oracle is not a patch")
+    assert info["played"] is False and info["generated"]["of"] == "outputs"
+    assert info["why"].startswith("the oracle's run that read its files back did not pass")
 
 
 def test_mutants_the_time_budget_leaves_out_are_listed_and_make_no_verdict(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
 from envcheck.catalogue.harbor_task import HarborTask
 from envcheck.catalogue.models import Limits, Timeouts
-from envcheck.catalogue.probe_specs import DEFAULT_RERUNS, Adversarial, LeakChecks
+from envcheck.catalogue.probe_specs import DEFAULT_RERUNS, Adversarial, LeakChecks, Strength
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 
 __all__ = ["DEFAULT_AGENT_TIMEOUT_S", "IMAGE_REPOSITORY", "HarborParts", "harbor_parts",
@@ -60,13 +60,15 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
                  reruns: int = DEFAULT_RERUNS,
                  agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S,
                  adversarial: Adversarial | None = None,
-                 leaks: LeakChecks | None = None) -> HarborParts:
+                 leaks: LeakChecks | None = None,
+                 strength: Strength | None = None) -> HarborParts:
     """The environment parts of ``task`` over the suite's ``limits`` and ``timeouts``.
 
     ``network`` is the Docker network the operator lets internet-allowed tasks join (None:
     every task runs with no network); ``image_overrides`` maps task names to prebuilt images;
     ``adversarial``: the adversarial controls to play against the task's verifier;
-    ``leaks``: the answer-leak checks to run on its image.
+    ``leaks``: the answer-leak checks to run on its image; ``strength``: the wrong-output
+    controls (mutants of the files ``solve.sh`` writes) its verifier must refuse.
     """
     cfg = task.config
     env = cfg.environment
@@ -97,7 +99,7 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
         agent_user=_user(cfg.agent.user),
         network=network if network and env.internet else "none",
         reruns=reruns, unsupported=unsupported, notes=tuple(notes), adversarial=adversarial,
-        leaks=leaks)
+        leaks=leaks, strength=strength)
     if prebuilt:
         image = prebuilt
     elif task.context_hash is not None:

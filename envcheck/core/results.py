@@ -173,7 +173,8 @@ REASON_DOCS: dict[Reason, str] = {
                            "files by content, or a path declared to hold them (degraded; a "
                            "fail where leak checks are required)",
     Reason.WEAK_VERIFIER: "wrong fixes earn the reward: too few mutants of the gold patch "
-                          "are refused by the tests (score below strength.min_score; "
+                          "(or of a script oracle's output files) are refused by the verifier "
+                          "(score below strength.min_score; "
                           "degraded; a fail where strength is required)",
     Reason.IMAGE_BUILD_FAILED: "the task's environment/Dockerfile does not build",
     Reason.NOP_REWARDED: "the verifier rewards a no-op: reward above 0 with no solution",

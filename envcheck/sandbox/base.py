@@ -19,6 +19,7 @@ from envcheck.core.results import CommandEvidence
 __all__ = [
     "ENGINE_DEFAULT_CAPABILITIES",
     "CappedOutput",
+    "Change",
     "ExecResult",
     "Sandbox",
     "SandboxRuntime",
@@ -127,6 +128,14 @@ ENGINE_DEFAULT_CAPABILITIES = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A path the container's writable layer changed against its image (``docker diff``)."""
+
+    path: str
+    kind: str  # "changed", "added" or "deleted"
+
+
 class TtySession(Protocol):
     """An interactive command on a pseudo-terminal, driven as a tmux-based agent would."""
 
@@ -169,6 +178,11 @@ class Sandbox(Protocol):
     def put_archive(self, directory: str, archive: bytes) -> None:
         """Unpack a tar archive into ``directory`` (which must exist), merging with what is
         there, as ``docker cp SRC/. CONTAINER:DIR`` does."""
+        ...
+
+    def changes(self) -> list[Change]:
+        """The paths changed, added or deleted against the image, as the engine sees them
+        (tmpfs mounts such as /tmp are not in the writable layer: never listed)."""
         ...
 
 

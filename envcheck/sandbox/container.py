@@ -22,11 +22,14 @@ import requests
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
 from envcheck.core.errors import EngineUnreachable, SandboxFailed
-from envcheck.sandbox.base import CappedOutput, Deadline, ExecResult
+from envcheck.sandbox.base import CappedOutput, Change, Deadline, ExecResult
 from envcheck.sandbox.engine import engine_call
 from envcheck.sandbox.streams import RECV, DockerTty, close_stream, drain_frames, hijacked_stream
 
 __all__ = ["DockerSandbox"]
+
+# The engine's codes for a path's change against the image (docker diff's C, A, D).
+_CHANGE_KINDS = {0: "changed", 1: "added", 2: "deleted"}
 
 # the runtime's one logger, whichever of its modules speaks
 log = logging.getLogger("envcheck.sandbox.docker")
@@ -179,3 +182,11 @@ class DockerSandbox:
         self._ensure_running()
         with engine_call(self._preflight):
             self._api.put_archive(self.container_id, directory, archive)
+
+    def changes(self) -> list[Change]:
+        """``docker diff``: the writable layer against the image, bounded by the client's
+        timeout like every engine call."""
+        with engine_call(self._preflight):
+            rows = self._api.diff(self.container_id) or []
+        return [Change(str(row["Path"]), _CHANGE_KINDS.get(int(row["Kind"]), "changed"))
+                for row in rows]

@@ -45,8 +45,8 @@ class DatasetBase(CatalogueModel):
     leaks: LeakChecks | None = Field(None, description=(
         "answer-leak checks on every task's image (tests.leaks)"))
     strength: Strength | None = Field(None, description=(
-        "wrong-fix controls: mutants of every task's gold patch played through its "
-        "verification (tests.strength)"))
+        "wrong-fix controls: mutants of every task's gold patch (a Harbor task: of the files "
+        "its solve.sh writes) played through its verification (tests.strength)"))
 
     def settings(self, defaults: EnvironmentSettings) -> EnvironmentSettings:
         """The suite's defaults with this entry's overrides applied (once per dataset)."""

@@ -63,7 +63,8 @@ def expand(entry: HarborDataset, catalogue_file: str, defaults: EnvironmentSetti
             parts = harbor_parts(task, limits=settings.limits, timeouts=settings.timeouts,
                                  network=entry.network, image_overrides=entry.images,
                                  reruns=entry.reruns or DEFAULT_RERUNS,
-                                 adversarial=entry.adversarial, leaks=entry.leaks)
+                                 adversarial=entry.adversarial, leaks=entry.leaks,
+                                 strength=entry.strength)
             env = Environment(**{**fields, "id": env_id(task.name), "suite": suite_id,
                                  "image": parts.image, "user": parts.user,
                                  "workdir": parts.workdir, "limits": parts.limits,

@@ -23,6 +23,7 @@ from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.strength.diffs import PatchError
 from envcheck.kinds.strength.gold import patch_mutants
 from envcheck.kinds.strength.model import Mutant
+from envcheck.kinds.strength.outputs_play import output_target, play_outputs
 from envcheck.kinds.strength.partial import partial_patches
 from envcheck.kinds.strength.play import mutable_files, post_images, readable, trial
 from envcheck.kinds.strength.sampling import Generation
@@ -36,9 +37,6 @@ from envcheck.kinds.strength.verdict import (
 from envcheck.sandbox.base import Deadline
 
 __all__ = ["seed_of", "with_strength_controls"]
-
-NOT_A_PATCH = ("the oracle is not a patch: wrong-fix controls mutate a gold patch "
-               "(oracle.patch, a dataset's patch)")
 
 
 def seed_of(ctx: ProbeContext) -> str:
@@ -109,9 +107,9 @@ def with_strength_controls(ctx: ProbeContext, verdict: Verdict) -> Verdict:
     spec = ctx.env.tests
     if plan is None or verdict.status is not Status.PASS:
         return verdict
-    if ctx.env.harbor is not None or spec is None or spec.oracle is None \
-            or spec.oracle.patch is None:
-        return judge(verdict, StrengthOutcome(not_played=NOT_A_PATCH), plan)
+    target = output_target(ctx)  # a script oracle: its outputs are what is changed
+    if isinstance(target, str):
+        return judge(verdict, StrengthOutcome(not_played=target), plan)
     seed = seed_of(ctx)
     ledger = ctx.service(ControlsLedger)
     prior = ledger.prior(ctx.env.id, ctx.image_digest, ctx.env.spec_hash(ProbeKind.TESTS),
@@ -120,4 +118,7 @@ def with_strength_controls(ctx: ProbeContext, verdict: Verdict) -> Verdict:
         if prior is not None else None
     if prior is not None and stored is not None:
         return judge(verdict, stored, plan, reused={"from": prior[0].isoformat()})
+    if target is not None:
+        return judge(verdict, play_outputs(ctx, target, plan, seed), plan)
+    assert spec is not None
     return judge(verdict, play(ctx, spec, plan, seed), plan)

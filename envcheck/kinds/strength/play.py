@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from envcheck.catalogue.probe_specs import Oracle, TestSpec
@@ -23,7 +24,8 @@ from envcheck.kinds.strength.diffs import PatchError, parse_patch
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
 from envcheck.kinds.strength.verdict import Outcome
 from envcheck.kinds.testvalidity.patches import steps_for_gold
-from envcheck.kinds.testvalidity.runs import Patch, Phase, Run, execute
+from envcheck.kinds.testvalidity.runs import Patch, Phase, Problem, Run, execute
+from envcheck.sandbox.base import Sandbox
 
 __all__ = ["POST_IMAGE_MAX", "PostImages", "Trial", "mutable_files", "post_images", "trial"]
 
@@ -133,17 +135,20 @@ def _broken(run: Run, failed: list[str]) -> str | None:
     return found.group(1) if found else None
 
 
-def trial(ctx: ProbeContext, spec: TestSpec, patch: str, label: str) -> Trial:
+def trial(ctx: ProbeContext, spec: TestSpec, patch: str | None, label: str,
+          after_oracle: Callable[[Sandbox], Problem | None] | None = None) -> Trial:
     """``patch`` in the gold patch's place: fail-to-pass tests, then pass-to-pass tests if
-    every fail-to-pass test passed."""
-    candidate = spec.model_copy(update={"oracle": Oracle(patch=patch)})
+    every fail-to-pass test passed. ``patch`` None: the spec's own oracle, then
+    ``after_oracle`` in each run (a wrong output written over the oracle's)."""
+    candidate = spec if patch is None else spec.model_copy(update={"oracle": Oracle(patch=patch)})
     evidence: list[CommandEvidence] = []
     runs = 0
     for phase, ids in (("fail-to-pass", tuple(spec.fail_to_pass)),
                        ("pass-to-pass", tuple(spec.pass_to_pass))):
         if not ids:
             continue
-        run = execute(ctx, candidate, Run(Phase.POSITIVE, ids, f"{label}: {phase} tests"))
+        run = execute(ctx, candidate, Run(Phase.POSITIVE, ids, f"{label}: {phase} tests"),
+                      after_oracle=after_oracle)
         runs += 1
         evidence.extend(run.evidence)
         stopped = _problem(run)

@@ -182,12 +182,14 @@ def judge(verdict: Verdict, outcome: StrengthOutcome, plan: Strength, *,
     if reused is not None:
         info["reused"] = reused
     details = {**verdict.details, DETAIL_KEY: info}
+    # a script oracle's outputs changed (kinds.strength.outputs_play), else its patch
+    what = "wrong-output" if outcome.generated.get("of") == "outputs" else "wrong-fix"
     if outcome.not_played is not None:
-        return replace(verdict, summary=f"{verdict.summary}; wrong-fix controls not played: "
+        return replace(verdict, summary=f"{verdict.summary}; {what} controls not played: "
                        f"{outcome.not_played}", details=details,
                        evidence=outcome.evidence + verdict.evidence)
     if not outcome.weak(plan.min_score):
-        return replace(verdict, summary=f"{verdict.summary}; wrong-fix controls: "
+        return replace(verdict, summary=f"{verdict.summary}; {what} controls: "
                        f"{_tally(outcome)}", details=details)
     survivors = [m for m in outcome.mutants if m.outcome is Outcome.SURVIVED]
     shown = "; ".join(f"{m.file}:{m.line} {m.description}" for m in survivors[:SHOWN])

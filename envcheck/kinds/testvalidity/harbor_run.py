@@ -224,10 +224,13 @@ def harbor_sandbox(base: SandboxSpec, spec: HarborVerifierSpec, image: str) -> S
 
 def run_once(sandbox: Sandbox, spec: HarborVerifierSpec, run: HarborRun,
              prepare_timeout_s: float,
-             action: Callable[[Sandbox], CommandEvidence] | None = None) -> HarborRun:
+             action: Callable[[Sandbox], CommandEvidence] | None = None,
+             after_solve: Callable[[Sandbox], Problem | None] | None = None) -> HarborRun:
     """Do ``run`` in ``sandbox`` (fresh, the caller removes it) and fill in what it showed.
     ``action``, if given, is the agent's only action (an adversarial control's trick): it runs
-    after the preparation, before the verifier's files are copied in."""
+    after the preparation, before the verifier's files are copied in. ``after_solve``, if
+    given, runs between the oracle and the verifier (a wrong-output control's write); a
+    problem it returns ends the run there."""
     started = time.monotonic()
     run.start_s = sandbox.start_duration_s
     runner = _Runner(sandbox, spec, run)
@@ -236,6 +239,8 @@ def run_once(sandbox: Sandbox, spec: HarborVerifierSpec, run: HarborRun,
         run.evidence.append(action(sandbox))
     if run.problem is None and run.phase == "oracle":
         run.problem = runner.solve()
+    if run.problem is None and after_solve is not None:
+        run.problem = after_solve(sandbox)
     if run.problem is None:
         run.problem = runner.verify()
     run.duration_s = time.monotonic() - started

@@ -366,10 +366,13 @@ def _patches(spec: TestSpec, phase: Phase, acted: bool) -> tuple[list[Patch], li
 
 
 def execute(ctx: ProbeContext, spec: TestSpec, run: Run,
-            action: Callable[[Sandbox], CommandEvidence] | None = None) -> Run:
+            action: Callable[[Sandbox], CommandEvidence] | None = None,
+            after_oracle: Callable[[Sandbox], Problem | None] | None = None) -> Run:
     """Do ``run`` in a fresh container (removed on return) and fill in what it showed.
     ``action``, if given, is the agent's only action (an adversarial control's trick): it runs
-    after the preparation, in place of the oracle."""
+    after the preparation, in place of the oracle. ``after_oracle``, if given, runs after an
+    oracle script, before any later patch and the tests (a wrong-output control's write); a
+    problem it returns ends the run there."""
     started = time.monotonic()
     early, late = _patches(spec, run.phase, acted=action is not None)
     with ctx.fresh_sandbox() as sandbox:
@@ -385,6 +388,8 @@ def execute(ctx: ProbeContext, spec: TestSpec, run: Run,
         elif (run.problem is None and run.phase is Phase.POSITIVE and oracle is not None
                 and oracle.patch is None):
             run.problem = runner.oracle()
+        if run.problem is None and after_oracle is not None:
+            run.problem = after_oracle(sandbox)
         for patch in late:
             run.problem = run.problem or runner.apply(patch)
         if run.problem is None:
