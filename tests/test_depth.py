@@ -249,8 +249,11 @@ def test_a_doubt_escalates_a_light_check_to_the_whole_protocol() -> None:
     depth = result.details["depth"]
     assert depth["mode"] == "full" and depth["why"].startswith("escalated from a light check")
     assert P2P[1] in depth["why"]
-    # every rerun, then the confirmation of the failing order (which passes: random)
-    assert len(script.runs) == 1 + DEFAULT_RERUNS + 1 == depth["runs"]
+    # every rerun, then the confirmation of the failing order (which passes: random); none
+    # when a later rerun drew the light run's shuffled order again and passed (the same phase
+    # and order gave both outcomes already)
+    repeated = script.runs[1] in script.runs[2:1 + DEFAULT_RERUNS]
+    assert len(script.runs) == 1 + DEFAULT_RERUNS + (not repeated) == depth["runs"]
     assert script.runs[2][1] == tuple(F2P + P2P)  # escalated: the declared order runs next
     assert depth["failed_runs"] == 1
 
