@@ -418,6 +418,21 @@ def test_wrong_fix_controls_run_once_per_image_and_spec_on_ray(
     assert (second.status, second.reason) == (Status.PASS, Reason.WEAK_VERIFIER)
 
 
+def test_wrong_output_controls_run_once_per_image_and_spec_on_ray(
+        executor: RayExecutor, store: Store) -> None:
+    """A Harbor task's wrong outputs played on a node (its verifier only checks that the file
+    exists: every output survives), and reused there when the node's digest matches."""
+    first, second = probed_twice(executor, store, "demo-strength-outputs.yaml",
+                                 "totals-exist-only")
+    assert (first.status, first.reason) == (Status.PASS, Reason.WEAK_VERIFIER), first.summary
+    assert first.details["strength"]["generated"]["of"] == "outputs"
+    assert first.details["strength"]["survivors"] and "ray" in first.details
+    assert "reused" not in first.details["strength"]
+    assert second.details["strength"]["reused"]["from"] == first.started_at.isoformat()
+    assert second.details["strength"]["survivors"] == first.details["strength"]["survivors"]
+    assert (second.status, second.reason) == (Status.PASS, Reason.WEAK_VERIFIER)
+
+
 def test_leak_checks_run_once_per_image_and_spec_on_ray(executor: RayExecutor,
                                                         store: Store) -> None:
     """A task without adversarial controls carries its newest leak checks instead."""
