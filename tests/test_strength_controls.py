@@ -23,6 +23,7 @@ from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.collaborators import build_services
 from envcheck.kinds.strength.controls import with_strength_controls
+from envcheck.kinds.strength.play import POST_IMAGE_MAX, mutable_files, post_images
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
 from tests.conftest import ROOT, envcheck_cmd
@@ -150,6 +151,37 @@ def test_controls_that_cannot_be_played_say_why_and_give_no_score(
     info = alone(script, runtime).details["strength"]
     assert info["played"] is False and info["generated"]["of"] == "outputs"
     assert info["why"].startswith("the oracle's run that read its files back did not pass")
+
+
+def new_file(path: str, size: int) -> tuple[str, str]:
+    """A unified diff creating ``path``, a Python file of ``size`` bytes, and its text."""
+    line = "VALUE_%07d = 1\n"
+    text = "".join(line % i for i in range(size // len(line % 0)))
+    added = "".join(f"+{row}\n" for row in text.splitlines())
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n"
+            f"+++ b/{path}\n@@ -0,0 +1,{text.count(chr(10))} @@\n{added}"), text
+
+
+def test_post_images_are_read_whole_up_to_the_cap_and_past_it_skipped_with_why(
+        demo: Catalogue, runtime: DockerRuntime) -> None:
+    env = demo.environment(STRONG)
+    assert env.tests is not None
+    # past half the cap (what a CappedOutput's head holds of its limit), below it; past it
+    middle, text = new_file("textkit/middle.py", POST_IMAGE_MAX * 3 // 4)
+    past, _ = new_file("textkit/past.py", POST_IMAGE_MAX + 4096)
+    gold = middle + past
+    spec = env.tests.model_copy(update={"oracle": Oracle(patch=gold)})
+    files = mutable_files(gold)
+    assert files == ["textkit/middle.py", "textkit/past.py"]
+    with ExitStack() as stack:
+        images = post_images(ProbeContext(env, new_run_id(), runtime, None, stack), spec, files)
+    assert images.why is None
+    assert list(images.texts) == ["textkit/middle.py"]
+    assert len(images.texts["textkit/middle.py"]) == len(text) > POST_IMAGE_MAX // 2
+    assert images.texts["textkit/middle.py"] == text
+    assert [(s.file, s.why) for s in images.skipped] == [
+        ("textkit/past.py", f"larger than {POST_IMAGE_MAX} bytes after the gold patch: not "
+                            "read whole")]
 
 
 def test_mutants_the_time_budget_leaves_out_are_listed_and_make_no_verdict(

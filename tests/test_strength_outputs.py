@@ -84,6 +84,34 @@ def test_python_outputs_get_the_python_operators_on_every_line() -> None:
         compile(m.content, "solution.py", "exec")
 
 
+STATS = ("def median(xs):\n    ordered = sorted(xs)\n    return ordered[len(ordered) // 2]\n\n\n"
+         "def mode(xs):\n    best = max(set(xs), key=xs.count)\n    return best if xs else 0\n")
+
+
+def test_a_python_file_the_image_had_is_mutated_on_the_lines_the_oracle_changed() -> None:
+    fixed = STATS.replace("    return ordered[len(ordered) // 2]\n", "    mid = len(ordered) // 2\n"
+                          "    if len(ordered) % 2:\n        return ordered[mid]\n"
+                          "    return (ordered[mid - 1] + ordered[mid]) / 2\n")
+    changed = range(3, 7)  # the lines of median() the fix wrote
+    gen = output_mutants({"calc/stats.py": fixed, "calc/new.py": STATS}, "seed", cap=None,
+                         originals={"calc/stats.py": STATS.encode()})
+    ours = [m for m in gen.mutants if m.file == "calc/stats.py"]
+    assert ours and all(m.line in changed for m in ours), [(m.line, m.description) for m in ours]
+    assert {m.operator for m in ours} >= {Operator.ARITHMETIC_FLIP, Operator.RETURN_NONE}
+    # a file the oracle created keeps every line: mode() is mutated there
+    assert any(m.line >= 6 for m in gen.mutants if m.file == "calc/new.py")
+    # without its original, the lines are every line again (mode() too)
+    every = output_mutants({"calc/stats.py": fixed}, "seed", cap=None)
+    assert any(m.line > 7 for m in every.mutants)
+    # an original that could not be read, or the same text: no line to anchor on, said so
+    gen = output_mutants({"a.py": fixed, "b.py": STATS}, "seed", cap=None,
+                         originals={"a.py": None, "b.py": STATS})
+    assert gen.mutants == ()
+    assert [(s.file, s.why.split(":")[0]) for s in gen.skipped] == [
+        ("a.py", "its text in the image could not be read"),
+        ("b.py", "the oracle added or changed no line of it")]
+
+
 def test_binary_and_empty_files_are_skipped_and_said() -> None:
     gen = output_mutants({"model.bin": b"\x00\x01weights", "latin.txt": "caf\xe9".encode(
         "latin-1"), "empty.txt": "\n\n", "ok.txt": "1\n"}, "seed", cap=None)

@@ -164,7 +164,7 @@ def test_a_task_whose_oracle_writes_nothing_to_change_says_why(
     verdict = alone(bare, runtime)
     info = verdict.details["strength"]
     assert info["played"] is False and info["why"].startswith("no solution/solve.sh")
-    assert "wrong-fix controls not played: no solution/solve.sh" in verdict.summary
+    assert "wrong-output controls not played: no solution/solve.sh" in verdict.summary
     # a solve.sh that writes only to /tmp (a tmpfs, never in the container's diff) and its
     # harness's logs: nothing it wrote can be changed
     folder = tmp_path / STRONG
@@ -205,13 +205,17 @@ def test_a_catalogue_script_oracle_has_its_written_sources_mutated(
     assert len(info["mutants"]) == 6 and info["counts"]["incompetent"] == 0
     operators = {m["operator"] for m in info["mutants"]}
     assert operators <= {str(op) for op in Operator} and "truncated" not in operators
+    # the file was in the image: its mutants are on the lines the fix changed in median()
+    # (19-22), never in mode() or mean() beside it, which the tests do not check
+    assert {m["line"] for m in info["mutants"]} <= set(range(19, 23)), info["mutants"]
     killed = [m for m in info["mutants"] if m["outcome"] == "killed"]
     assert killed and all(m["detail"] == "fail-to-pass test failed: "
                           "tests/test_stats.py::test_median_even_length" for m in killed)
-    # the tests check median() alone: a wrong mode() or mean() in the same file is paid
-    assert info["counts"]["survived"] + len(killed) == 6
-    for m in info["survivors"]:
-        assert m["diff"].startswith("diff --git a/workspace/calc/stats.py")
+    assert info["counts"]["survived"] == 0 and info["score"] == 1.0
+    assert info["counts"]["killed"] + info["counts"]["killed_p2p"] == 6
+    # the oracle's run, the image's original read in a container of its own, the mutants'
+    assert info["runs"] == 2 + sum(1 if m["outcome"] == "killed" else 2
+                                   for m in info["mutants"])
     # an oracle script that fixes nothing: its run shows no output to tell wrong from
     idle = scripted(Oracle(script="true\n"))
     with ExitStack() as stack:

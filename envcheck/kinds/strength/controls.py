@@ -22,13 +22,15 @@ from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.strength.diffs import PatchError
 from envcheck.kinds.strength.gold import patch_mutants
-from envcheck.kinds.strength.model import Mutant
+from envcheck.kinds.strength.model import Mutant, Skipped
 from envcheck.kinds.strength.outputs_play import output_target, play_outputs
 from envcheck.kinds.strength.partial import partial_patches
 from envcheck.kinds.strength.play import mutable_files, post_images, readable, trial
 from envcheck.kinds.strength.sampling import Generation
 from envcheck.kinds.strength.verdict import (
     DETAIL_KEY,
+    OUTPUTS,
+    PATCH,
     Played,
     StrengthOutcome,
     judge,
@@ -44,21 +46,25 @@ def seed_of(ctx: ProbeContext) -> str:
     return f"{ctx.image_digest or ctx.env.image}|{ctx.env.spec_hash(ProbeKind.TESTS)}"
 
 
-def _generated(gen: Generation[Mutant], seed: str, plan: Strength) -> dict[str, object]:
+def _generated(gen: Generation[Mutant], seed: str, plan: Strength,
+               read: tuple[Skipped, ...]) -> dict[str, object]:
     rejected: Counter[str] = Counter()
     for (op, why), n in gen.rejected.items():
         rejected[f"{op}: {why}"] += n
-    return {"seed": seed, "cap": plan.mutants, "partial": plan.partial,
+    # a file read back but not handed on: why it was not (not "its post-image was not given")
+    unread = {s.file for s in read}
+    skipped = [*read, *(s for s in gen.skipped if s.file not in unread)]
+    return {"seed": seed, "cap": plan.mutants, "partial": plan.partial, "of": PATCH,
             "mutants": len(gen.mutants), "sites": {str(k): v for k, v in gen.sites.items()},
             "rejected": dict(rejected),
-            "skipped": [{"file": s.file, "why": s.why} for s in gen.skipped]}
+            "skipped": [{"file": s.file, "why": s.why} for s in skipped]}
 
 
 def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> StrengthOutcome:
     """Read the gold patch's files back, generate the sample, play it within probe_s."""
     started = time.monotonic()
     deadline = Deadline(ctx.env.timeouts.probe_s)
-    outcome = StrengthOutcome()
+    outcome = StrengthOutcome(generated={"seed": seed, "of": PATCH})
     assert spec.oracle is not None and spec.oracle.patch is not None
     gold = spec.oracle.patch
     try:
@@ -79,7 +85,7 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
     except PatchError as exc:
         outcome.not_played = readable(exc)
         return outcome
-    outcome.generated = _generated(gen, seed, plan)
+    outcome.generated = _generated(gen, seed, plan, images.skipped)
     if not gen.mutants and not partials:
         outcome.not_played = ("no mutant could be made of the gold patch's added lines (no "
                               "Python line to mutate) and no partial patch")
@@ -108,8 +114,9 @@ def with_strength_controls(ctx: ProbeContext, verdict: Verdict) -> Verdict:
     if plan is None or verdict.status is not Status.PASS:
         return verdict
     target = output_target(ctx)  # a script oracle: its outputs are what is changed
-    if isinstance(target, str):
-        return judge(verdict, StrengthOutcome(not_played=target), plan)
+    if isinstance(target, str):  # a Harbor task without solve.sh has outputs, none written
+        of = OUTPUTS if ctx.env.harbor is not None else PATCH
+        return judge(verdict, StrengthOutcome(not_played=target, generated={"of": of}), plan)
     seed = seed_of(ctx)
     ledger = ctx.service(ControlsLedger)
     prior = ledger.prior(ctx.env.id, ctx.image_digest, ctx.env.spec_hash(ProbeKind.TESTS),

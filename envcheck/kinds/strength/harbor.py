@@ -13,6 +13,7 @@ nothing (incompetent); a verifier past its timeout is a timeout.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
 from envcheck.core.results import Reason
@@ -39,10 +40,14 @@ class HarborOutputs:
         built = ctx.service(BuiltImage)
         image = spec.image if built is None else built.tag
         self.image = image or ctx.env.image
+        self.reader = ROOT
+
+    def pristine(self) -> AbstractContextManager[Sandbox]:
+        return self.ctx.runtime.sandbox(harbor_sandbox(self.ctx.spec(), self.spec, self.image))
 
     def _run(self, label: str, step: Callable[[Sandbox], Problem | None]) -> HarborRun:
         ctx = self.ctx
-        with ctx.runtime.sandbox(harbor_sandbox(ctx.spec(), self.spec, self.image)) as sandbox:
+        with self.pristine() as sandbox:
             return run_once(sandbox, self.spec, HarborRun("oracle", label),
                             ctx.env.timeouts.exec_s, after_solve=step)
 
@@ -51,7 +56,7 @@ class HarborOutputs:
         exec_s = self.ctx.env.timeouts.exec_s
 
         def read(sandbox: Sandbox) -> Problem | None:
-            found.written = read_written(sandbox, self.ctx.env.workdir, ROOT, exec_s)
+            found.written = read_written(sandbox, self.ctx.env.workdir, self.reader, exec_s)
             return None
 
         run = self._run("wrong-output controls: the oracle's run", read)

@@ -1,17 +1,21 @@
 """Wrong outputs for a script oracle (Harbor's ``solve.sh``): the files the oracle changed,
 each changed a little. A verifier that rewards one does not check that output.
 
-- Python sources: the Python operators, on every line;
+- Python sources: the Python operators, on the lines the oracle added or changed when the
+  image had the file (the anchor rule of the gold patch's added lines), on every line of a
+  file the oracle created;
 - JSON: one number changed, one element or member dropped (both still parse), the file cut
   in half (it then does not: a truncated output);
 - CSV: one number changed, one record dropped (never the header), the file cut in half;
 - any other text: one number changed, one line dropped, the file cut in half.
 
-Binary and empty files are skipped, and said so.
+Binary and empty files are skipped, and said so; so is a Python file the image had whose text
+there is not known (its changed lines are not), or in which the oracle changed no line.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import posixpath
 from collections.abc import Callable, Mapping
@@ -58,6 +62,15 @@ def _splice(text: str, start: int, end: int, new: str) -> str:
 
 def _python_check(source: PythonSource, _variant: Variant, text: str) -> Rejection | None:
     return source.check(text)
+
+
+def changed_lines(original: str, text: str) -> frozenset[int]:
+    """The lines of ``text`` (1-based) that ``original`` does not have there: added or
+    changed, as a diff from one to the other shows them."""
+    matcher = difflib.SequenceMatcher(None, original.splitlines(), text.splitlines(),
+                                      autojunk=False)
+    return frozenset(n + 1 for op, _, _, j1, j2 in matcher.get_opcodes()
+                     if op in ("replace", "insert") for n in range(j1, j2))
 
 
 def _line_at(text: str, offset: int) -> int:
@@ -135,12 +148,30 @@ class _TextFile:
         return None
 
 
+def _python_lines(path: str, text: str, originals: Mapping[str, bytes | str | None]
+                  ) -> frozenset[int] | str | None:
+    """Where a Python file's sites may be: None, every line (a file the oracle created);
+    the lines it changed in the image's file; a string: why none can be told."""
+    if path not in originals:
+        return None
+    original = originals[path]
+    before = None if original is None else _decoded(original)
+    if before is None:
+        return "its text in the image could not be read: the lines the oracle changed are unknown"
+    lines = changed_lines(before, text)
+    return lines if lines else "the oracle added or changed no line of it"
+
+
 def output_mutants(files: Mapping[str, bytes | str], seed: str,
-                   cap: int | None = DEFAULT_CAP) -> Generation[OutputMutant]:
+                   cap: int | None = DEFAULT_CAP,
+                   originals: Mapping[str, bytes | str | None] | None = None
+                   ) -> Generation[OutputMutant]:
     """Up to ``cap`` mutants (None: every one) of the files an oracle wrote (``files``: a
-    path and its content as the oracle left it), sampled by ``seed``."""
+    path and its content as the oracle left it), sampled by ``seed``. ``originals``: the
+    image's content of the files the oracle changed rather than created (None: it could not
+    be read), which confines a Python file's mutants to the lines the oracle changed."""
     checks: dict[str, Callable[[Variant, str], Rejection | None]] = {}
-    originals: dict[str, str] = {}
+    texts: dict[str, str] = {}
     variants: list[Variant] = []
     skipped: list[Skipped] = []
     for path in sorted(files):
@@ -151,14 +182,18 @@ def output_mutants(files: Mapping[str, bytes | str], seed: str,
         if not text.strip():
             skipped.append(Skipped(path, "empty"))
             continue
-        originals[path] = text
+        texts[path] = text
         if path.endswith(".py"):
             try:
                 source = PythonSource(path, text)
             except cst.ParserSyntaxError:
                 pass  # not Python 3: changed as a text
             else:
-                variants.extend(source.variants(None))
+                lines = _python_lines(path, text, originals or {})
+                if isinstance(lines, str):
+                    skipped.append(Skipped(path, lines))
+                    continue
+                variants.extend(source.variants(lines))
                 checks[path] = partial(_python_check, source)
                 continue
         plain = _TextFile(path, text, seed)
@@ -169,7 +204,7 @@ def output_mutants(files: Mapping[str, bytes | str], seed: str,
         why = checks[variant.file](variant, text)
         if why is not None:
             return why
-        diff = unified_section(variant.file, variant.file, originals[variant.file], text)
+        diff = unified_section(variant.file, variant.file, texts[variant.file], text)
         return OutputMutant(variant.operator, variant.file, variant.line, variant.description,
                             diff, text)
 

@@ -5,7 +5,8 @@ A **target** is the protocol the oracle runs in: a Harbor task (``solve.sh``, th
 ``tests/test.sh`` and its reward: :mod:`.harbor`) or a catalogue tests spec whose oracle is a
 script (``oracle.path`` / ``oracle.script``, then the tests: :mod:`.scripted`). Its first run
 is the oracle's, as the positive control plays it, with the files it wrote read back after
-it (and the verifier after that: the run must still be rewarded, or nothing is played). Each
+it (and the verifier after that: the run must still be rewarded, or nothing is played); the
+Python files among them the image had are read once more in a container of the image. Each
 mutant then gets a fresh container: the oracle, the mutant written over its file, the
 verifier. The outcome has the shape of the wrong-fix controls' (:mod:`.verdict`), so the
 score, the survivors, ``weak_verifier``, reuse and the time budget work the same way.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -26,9 +28,9 @@ from envcheck.kinds.strength.outputs import output_mutants
 from envcheck.kinds.strength.play import Trial
 from envcheck.kinds.strength.sampling import Generation
 from envcheck.kinds.strength.scripted import ScriptedOutputs
-from envcheck.kinds.strength.verdict import Played, StrengthOutcome
-from envcheck.kinds.strength.written import Discovery, Owner, Written
-from envcheck.sandbox.base import Deadline
+from envcheck.kinds.strength.verdict import OUTPUTS, Played, StrengthOutcome
+from envcheck.kinds.strength.written import Discovery, Owner, Written, read_originals
+from envcheck.sandbox.base import Deadline, Sandbox
 
 __all__ = ["OutputTarget", "output_target", "play_outputs"]
 
@@ -38,7 +40,16 @@ NO_ORACLE = "no oracle: neither a gold patch to mutate nor an oracle's output to
 
 
 class OutputTarget(Protocol):
+    @property
+    def reader(self) -> str | None:
+        """The user the oracle's files are read as."""
+        ...
+
     def discover(self) -> Discovery: ...
+
+    def pristine(self) -> AbstractContextManager[Sandbox]:
+        """A container of the image as the oracle's runs start from, nothing run in it."""
+        ...
 
     def trial(self, mutant: OutputMutant, owner: Owner, label: str) -> Trial: ...
 
@@ -61,7 +72,7 @@ def _generated(gen: Generation[OutputMutant], seed: str, plan: Strength,
     for (op, why), n in gen.rejected.items():
         rejected[f"{op}: {why}"] += n
     # partial: the plan's, so the stored sample matches (a script oracle has no hunks)
-    return {"seed": seed, "cap": plan.mutants, "partial": plan.partial, "of": "outputs",
+    return {"seed": seed, "cap": plan.mutants, "partial": plan.partial, "of": OUTPUTS,
             "mutants": len(gen.mutants), "sites": {str(k): v for k, v in gen.sites.items()},
             "rejected": dict(rejected), **written.summary(),
             "skipped": [{"file": f"/{s.file}", "why": s.why} for s in gen.skipped]}
@@ -72,7 +83,7 @@ def play_outputs(ctx: ProbeContext, target: OutputTarget, plan: Strength,
     """Read the oracle's files back, generate the sample, play it within probe_s."""
     started = time.monotonic()
     deadline = Deadline(ctx.env.timeouts.probe_s)
-    outcome = StrengthOutcome()
+    outcome = StrengthOutcome(generated={"seed": seed, "of": OUTPUTS})
     found = target.discover()
     written = found.written
     outcome.runs += found.runs
@@ -81,14 +92,19 @@ def play_outputs(ctx: ProbeContext, target: OutputTarget, plan: Strength,
         left = ", ".join(f"{n} {why}" for why, n in sorted(written.left_out.items()))
         written.why = ("the oracle changed no file the wrong-output controls could change"
                        + (f" (left out: {left})" if left else ""))
+    if written.why is None and written.wanted():  # the image had them: what it held
+        with target.pristine() as sandbox:
+            read_originals(sandbox, written, target.reader, ctx.env.timeouts.exec_s)
+        outcome.runs += 1
     if written.why is not None:
         outcome.not_played = written.why
-        outcome.generated = {"seed": seed, "of": "outputs", **written.summary()}
+        outcome.generated = {"seed": seed, "of": OUTPUTS, **written.summary()}
         outcome.seconds = time.monotonic() - started
         return outcome
     # paths from the root, as git writes them: the diffs read a/app/out.csv, not a//app/...
     gen = output_mutants({p.lstrip("/"): data for p, data in written.files.items()}, seed,
-                         cap=plan.mutants)
+                         cap=plan.mutants, originals={p.lstrip("/"): data for p, data
+                                                      in written.originals.items()})
     outcome.generated = _generated(gen, seed, plan, written)
     if not gen.mutants:
         outcome.not_played = ("no mutant could be made of the files the oracle wrote ("

@@ -3,11 +3,12 @@ candidate patch (a mutant, a partial patch) through the environment's own verifi
 
 **Post-images**: one fresh container, the gold patch applied as the positive control applies
 it (the harness's ``git apply`` / ``patch --fuzz=5`` chain), then each changed Python file
-read back whole up to :data:`POST_IMAGE_MAX` (a file past it is not mutated: its text would
-be cut). **A candidate** goes where the gold patch goes: the tests spec with the candidate
-as its ``oracle.patch``, through :func:`~envcheck.kinds.testvalidity.runs.execute` (a fresh
-container; a dataset's test patch applied after it, its log parser), fail-to-pass tests
-first; pass-to-pass tests only when every fail-to-pass test passed.
+read back whole up to :data:`POST_IMAGE_MAX` (a file past it is not mutated, and said so:
+its text would be cut). **A candidate** goes where the gold patch goes: the tests spec with
+the candidate as its ``oracle.patch``, through
+:func:`~envcheck.kinds.testvalidity.runs.execute` (a fresh container; a dataset's test patch
+applied after it, its log parser), fail-to-pass tests first; pass-to-pass tests only when
+every fail-to-pass test passed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from envcheck.catalogue.probe_specs import Oracle, TestSpec
 from envcheck.core.results import CommandEvidence, Reason
 from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.strength.diffs import PatchError, parse_patch
+from envcheck.kinds.strength.model import Skipped
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
+from envcheck.kinds.strength.readback import UNREADABLE, read_back
 from envcheck.kinds.strength.verdict import Outcome
 from envcheck.kinds.testvalidity.patches import steps_for_gold
 from envcheck.kinds.testvalidity.runs import Patch, Phase, Problem, Run, execute
@@ -59,6 +62,7 @@ class PostImages:
     texts: dict[str, str]
     why: str | None = None  # why they could not be read: the controls are not played
     evidence: tuple[CommandEvidence, ...] = ()
+    skipped: tuple[Skipped, ...] = ()  # read, not handed on, and why
 
 
 def post_images(ctx: ProbeContext, spec: TestSpec, files: list[str]) -> PostImages:
@@ -79,22 +83,23 @@ def post_images(ctx: ProbeContext, spec: TestSpec, files: list[str]) -> PostImag
             return PostImages({}, f"the gold patch did not apply in a fresh container (exit "
                               f"{applied.exit_code}): its files could not be read", evidence)
         texts: dict[str, str] = {}
+        skipped: list[Skipped] = []
         for path in files[:FILES_MAX]:
-            read = sandbox.exec([env.shell, "-c", f'cd -- {shlex.quote(env.workdir)} && '
-                                 f'exec head -c {POST_IMAGE_MAX + 1} -- "$1"', "envcheck", path],
-                                user=env.user, timeout_s=env.timeouts.exec_s,
-                                output_limit=POST_IMAGE_MAX + 1)
-            data = read.output.head
-            if read.exit_code != 0 or read.timed_out:
+            read = read_back(sandbox, path, POST_IMAGE_MAX, user=env.user,
+                             timeout_s=env.timeouts.exec_s, shell=env.shell, cwd=env.workdir)
+            if read.why == UNREADABLE:
                 return PostImages({}, f"{path} could not be read after the gold patch (exit "
-                                  f"{read.exit_code})", (*evidence, read.evidence(f"read {path}")))
-            if read.output.total > POST_IMAGE_MAX:
-                continue  # too large to mutate whole: the generator says it was not given
-            try:
-                texts[path] = data.decode("utf-8")
-            except UnicodeDecodeError:
+                                  f"{read.result.exit_code})",
+                                  (*evidence, read.result.evidence(f"read {path}")))
+            if read.data is None:  # too large to mutate whole
+                skipped.append(Skipped(path, f"larger than {POST_IMAGE_MAX} bytes after the "
+                                       "gold patch: not read whole"))
                 continue
-    return PostImages(texts, None, evidence)
+            try:
+                texts[path] = read.data.decode("utf-8")
+            except UnicodeDecodeError:
+                skipped.append(Skipped(path, "not UTF-8 after the gold patch"))
+    return PostImages(texts, None, evidence, tuple(skipped))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ controls. A mutant that could not be written proves nothing (incompetent).
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.strength.model import OutputMutant
@@ -29,13 +31,17 @@ class ScriptedOutputs:
 
     def __init__(self, ctx: ProbeContext, spec: TestSpec) -> None:
         self.ctx, self.spec = ctx, spec
+        self.reader = ctx.env.user  # the oracle's user: the owner of what it wrote
+
+    def pristine(self) -> AbstractContextManager[Sandbox]:
+        return self.ctx.fresh_sandbox()
 
     def discover(self) -> Discovery:
         found = Discovery()
         env = self.ctx.env
 
         def read(sandbox: Sandbox) -> Problem | None:
-            found.written = read_written(sandbox, env.workdir, env.user, env.timeouts.exec_s)
+            found.written = read_written(sandbox, env.workdir, self.reader, env.timeouts.exec_s)
             return None
 
         ids = tuple(self.spec.fail_to_pass) or tuple(self.spec.pass_to_pass)

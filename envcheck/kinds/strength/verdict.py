@@ -26,14 +26,17 @@ from envcheck.core.results import CommandEvidence, Reason, Status
 from envcheck.kinds.adversarial.ledger import STRENGTH_KEY
 from envcheck.kinds.base import Verdict
 
-__all__ = ["DETAIL_KEY", "DIFF_MAX", "MIN_COMPETENT", "Outcome", "Played", "StrengthOutcome",
-           "judge", "stored_outcome"]
+__all__ = ["DETAIL_KEY", "DIFF_MAX", "MIN_COMPETENT", "OUTPUTS", "PATCH", "Outcome", "Played",
+           "StrengthOutcome", "judge", "stored_outcome"]
 
 DETAIL_KEY = STRENGTH_KEY
 MIN_COMPETENT = 3  # fewer competent mutants than this: the score is not measurable
 DIFF_MAX = 4096  # characters of a survivor's diff kept
 SHOWN = 3  # survivors named in the summary
 EVIDENCE_MAX = 4  # commands of surviving mutants' runs kept as evidence
+# ``generated["of"]``, set on every path: what the controls change, a gold patch (wrong-fix
+# controls) or a script oracle's outputs (wrong-output controls); the summary names it
+PATCH, OUTPUTS = "patch", "outputs"
 
 
 class Outcome(StrEnum):
@@ -182,8 +185,7 @@ def judge(verdict: Verdict, outcome: StrengthOutcome, plan: Strength, *,
     if reused is not None:
         info["reused"] = reused
     details = {**verdict.details, DETAIL_KEY: info}
-    # a script oracle's outputs changed (kinds.strength.outputs_play), else its patch
-    what = "wrong-output" if outcome.generated.get("of") == "outputs" else "wrong-fix"
+    what = "wrong-output" if outcome.generated.get("of") == OUTPUTS else "wrong-fix"
     if outcome.not_played is not None:
         return replace(verdict, summary=f"{verdict.summary}; {what} controls not played: "
                        f"{outcome.not_played}", details=details,

@@ -9,9 +9,10 @@ the harness itself writes (``/logs``, ``/solution``, ``/tests``, its oracle copy
 tmpfs, never in the diff. Files under the workdir come first, at most :data:`FILES_MAX`.
 
 **Read back** whole up to :data:`READ_MAX` bytes each (a file past it is left out: its text
-would be cut), :data:`TOTAL_MAX` in all. **Overwritten** by the engine (a tar copied in),
-keeping the file's mode and owner, so the verifier sees the file it would have seen, with one
-change.
+would be cut), :data:`TOTAL_MAX` in all; a Python file the image had is read there too, in
+a container the oracle never ran in, so its mutants stay on the lines the oracle changed.
+**Overwritten** by the engine (a tar copied in), keeping the file's mode and owner, so the
+verifier sees the file it would have seen, with one change.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from dataclasses import dataclass, field
 from envcheck.core.errors import SandboxFailed
 from envcheck.core.results import CommandEvidence, Reason
 from envcheck.kinds.strength.model import OutputMutant
+from envcheck.kinds.strength.readback import TOO_LARGE, UNREADABLE, read_back
 from envcheck.kinds.testvalidity.runs import Problem
 from envcheck.sandbox.base import Sandbox
 
 __all__ = ["FILES_MAX", "READ_MAX", "Discovery", "MutantWrite", "Owner", "Written", "overwrite",
-           "read_written"]
+           "read_originals", "read_written"]
 
 READ_MAX = 1024 * 1024  # bytes of one file read back
 TOTAL_MAX = 8 * 1024 * 1024  # bytes read back in all
@@ -60,6 +62,13 @@ class Written:
     left_out: Counter[str] = field(default_factory=Counter)  # why -> how many paths
     why: str | None = None  # why they could not be read: the controls are not played
     evidence: list[CommandEvidence] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)  # paths the image had (else: added)
+    # the image's content of changed Python files (None: it could not be read whole)
+    originals: dict[str, bytes | None] = field(default_factory=dict)
+
+    def wanted(self) -> list[str]:
+        """The files whose original the generator needs: Python sources the image had."""
+        return sorted(p for p in self.files if p in self.changed and p.endswith(".py"))
 
     def summary(self) -> dict[str, object]:
         return {"outputs": sorted(self.files), "left_out": dict(sorted(self.left_out.items()))}
@@ -104,6 +113,8 @@ def _candidates(sandbox: Sandbox, workdir: str, found: Written) -> list[str]:
             found.left_out[why] += 1
             continue
         paths.append(change.path)
+        if change.kind == "changed":
+            found.changed.add(change.path)
     root = workdir.rstrip("/")
     # the workdir's files first: what a task's verifier reads is most often there
     paths.sort(key=lambda p: (not (root == "" or p.startswith(f"{root}/")), p))
@@ -136,19 +147,27 @@ def read_written(sandbox: Sandbox, workdir: str, user: str | None, timeout_s: fl
         if len(found.files) >= FILES_MAX:
             found.left_out["past the files read"] += 1
             continue
-        read = sandbox.exec(["sh", "-c", f'exec head -c {READ_MAX + 1} -- "$1"', "envcheck",
-                             path], user=user, timeout_s=timeout_s,
-                            output_limit=2 * (READ_MAX + 1))
-        if read.exit_code != 0 or read.timed_out:
+        read = read_back(sandbox, path, READ_MAX, user=user, timeout_s=timeout_s)
+        if read.why == UNREADABLE:
             found.left_out["unreadable"] += 1
-            found.evidence.append(read.evidence(f"read {path}"))
+            found.evidence.append(read.result.evidence(f"read {path}"))
             continue
-        if read.output.total > READ_MAX or total + read.output.total > TOTAL_MAX:
-            found.left_out["too large"] += 1
+        got = read.result.output.total
+        if read.data is None or total + got > TOTAL_MAX:
+            found.left_out[TOO_LARGE] += 1
             continue
-        total += read.output.total
-        found.files[path] = read.output.head
+        total += got
+        found.files[path] = read.data
     return found
+
+
+def read_originals(sandbox: Sandbox, written: Written, user: str | None,
+                   timeout_s: float) -> None:
+    """Into ``written.originals``: the image's content of each file :meth:`Written.wanted`
+    names, read in ``sandbox``, a container of the image the oracle never ran in."""
+    for path in written.wanted():
+        written.originals[path] = read_back(sandbox, path, READ_MAX, user=user,
+                                            timeout_s=timeout_s).data
 
 
 def overwrite(sandbox: Sandbox, path: str, content: str, owner: Owner) -> str | None:
