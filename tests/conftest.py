@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from envcheck.catalogue.loader import load_catalogue
-from envcheck.catalogue.models import Catalogue
+from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.errors import EngineUnreachable
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import new_run_id, run_cycle
+from envcheck.kinds.collaborators import build_services
 from envcheck.sandbox.docker import DockerRuntime
+from envcheck.store import open_store
 
 pytest_plugins = ["tests.backends", "tests.deploy"]
 
@@ -34,6 +36,22 @@ def probe_each(catalogue: Catalogue, kind: ProbeKind, runtime: DockerRuntime
     """One cycle of ``kind`` over every environment of ``catalogue`` (two at a time), by id."""
     results = run_cycle(catalogue.environments, [kind], runtime, new_run_id(), concurrency=2)
     return {r.env_id: r for r in results}
+
+
+def probed_in_turn(catalogue: Catalogue, runtime: DockerRuntime, store_path: Path,
+                   *envs: Environment) -> list[ProbeResult]:
+    """The tests probe of each of ``envs`` in turn, each result recorded in a SQLite store at
+    ``store_path`` before the next probe, which may reuse its evidence (the controls' ledger
+    reads the store)."""
+    with open_store(f"sqlite:///{store_path}") as store:
+        services = build_services(catalogue, store)
+        run_id = store.start_run("test", [])
+        results = []
+        for env in envs:
+            [result] = run_cycle([env], [ProbeKind.TESTS], runtime, run_id, services=services)
+            store.record(run_id, result)
+            results.append(result)
+        return results
 
 
 def envcheck_cmd() -> list[str]:

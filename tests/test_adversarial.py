@@ -28,7 +28,6 @@ from envcheck.kinds.adversarial.library import TRICKS, Trick
 from envcheck.kinds.adversarial.play import TRICK_DIR, Target, could_not_act
 from envcheck.kinds.adversarial.testspec import forged_junit
 from envcheck.kinds.base import ProbeContext, Verdict
-from envcheck.kinds.collaborators import build_services
 from envcheck.kinds.testvalidity.junit import match, parse_report
 from envcheck.kinds.testvalidity.probe import TestsProbe
 from envcheck.sandbox.base import Deadline
@@ -36,7 +35,7 @@ from envcheck.sandbox.build import ImageBuilder
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
 from envcheck.store.views.common import StoredResult
-from tests.conftest import ROOT, probe_each
+from tests.conftest import ROOT, probe_each, probed_in_turn
 from tests.test_tests_probe import FakeRuntime, Script
 
 DEMO_HACKS = ROOT / "probes" / "demo-hacks.yaml"
@@ -296,29 +295,20 @@ def test_a_subset_plays_only_the_tricks_named(fleet: dict[str, ProbeResult]) -> 
 def test_controls_run_once_per_image_and_spec(tmp_path: Path, demo_hacks: Catalogue,
                                               runtime: DockerRuntime) -> None:
     env = demo_hacks.environment("demo-hacks-site-packages-subset")
-    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
-        services = build_services(demo_hacks, store)
-        run_id = store.start_run("test", [])
-
-        def check() -> ProbeResult:
-            [result] = run_cycle([env], [ProbeKind.TESTS], runtime, run_id, services=services)
-            store.record(run_id, result)
-            return result
-
-        first, second = check(), check()
-        assert "reused" not in first.details["adversarial"]
-        reused = second.details["adversarial"]
-        assert reused["reused"]["from"] == first.started_at.isoformat()
-        assert reused["rewarded"] == ["assertions_patched"]
-        assert (second.status, second.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
-        # another spec (here: another subset of tricks) is another identity: played afresh
-        assert env.tests is not None and env.tests.adversarial is not None
-        plan = env.tests.adversarial.model_copy(update={"tricks": ["early_exit"]})
-        narrower = env.model_copy(update={"tests": env.tests.model_copy(
-            update={"adversarial": plan})})
-        [third] = run_cycle([narrower], [ProbeKind.TESTS], runtime, run_id, services=services)
-        assert "reused" not in third.details["adversarial"]
-        assert (third.status, third.reason) == (Status.PASS, Reason.OK)
+    # another spec (here: another subset of tricks) is another identity: played afresh
+    assert env.tests is not None and env.tests.adversarial is not None
+    plan = env.tests.adversarial.model_copy(update={"tricks": ["early_exit"]})
+    narrower = env.model_copy(update={"tests": env.tests.model_copy(
+        update={"adversarial": plan})})
+    first, second, third = probed_in_turn(demo_hacks, runtime, tmp_path / "store.db",
+                                          env, env, narrower)
+    assert "reused" not in first.details["adversarial"]
+    reused = second.details["adversarial"]
+    assert reused["reused"]["from"] == first.started_at.isoformat()
+    assert reused["rewarded"] == ["assertions_patched"]
+    assert (second.status, second.reason) == (Status.PASS, Reason.REWARD_HACKABLE)
+    assert "reused" not in third.details["adversarial"]
+    assert (third.status, third.reason) == (Status.PASS, Reason.OK)
 
 
 # The demo task with its interpreter gone, verified by a shell script that writes its own

@@ -16,13 +16,11 @@ from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue, Environment, Timeouts
 from envcheck.catalogue.probe_specs import LeakChecks
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.executors.cycle import new_run_id, run_cycle
+from envcheck.executors.cycle import new_run_id
 from envcheck.kinds.base import ProbeContext, Verdict
-from envcheck.kinds.collaborators import build_services
 from envcheck.kinds.leaks.check import with_leak_checks
 from envcheck.sandbox.docker import DockerRuntime
-from envcheck.store import open_store
-from tests.conftest import ROOT, envcheck_cmd, probe_each
+from tests.conftest import ROOT, envcheck_cmd, probe_each, probed_in_turn
 
 pytestmark = pytest.mark.docker
 
@@ -128,28 +126,18 @@ def test_a_catalogue_oracle_and_pristine_tests_readable_by_the_agent(
 def test_leak_checks_run_once_per_image_and_spec(tmp_path: Path, demo: Catalogue,
                                                  runtime: DockerRuntime) -> None:
     env = demo.environment(LEAKED)
-    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
-        services = build_services(demo, store)
-        run_id = store.start_run("test", [])
-
-        def check(target: Environment) -> ProbeResult:
-            [result] = run_cycle([target], [ProbeKind.TESTS], runtime, run_id,
-                                 services=services)
-            store.record(run_id, result)
-            return result
-
-        first, second = check(env), check(env)
-        assert "reused" not in leaks(first)
-        assert leaks(second)["reused"] == {"from": first.started_at.isoformat()}
-        assert leaks(second)["found"] == leaks(first)["found"]
-        assert (second.status, second.reason) == (Status.PASS, Reason.SOLUTION_LEAKED)
-        # required: another spec, played afresh, and a fail that quarantines
-        assert env.tests is not None
-        required = env.model_copy(update={"tests": env.tests.model_copy(
-            update={"leaks": LeakChecks(require=True)})})
-        third = check(required)
-        assert "reused" not in leaks(third)
-        assert (third.status, third.reason) == (Status.FAIL, Reason.SOLUTION_LEAKED)
+    # required: another spec, played afresh, and a fail that quarantines
+    assert env.tests is not None
+    required = env.model_copy(update={"tests": env.tests.model_copy(
+        update={"leaks": LeakChecks(require=True)})})
+    first, second, third = probed_in_turn(demo, runtime, tmp_path / "store.db",
+                                          env, env, required)
+    assert "reused" not in leaks(first)
+    assert leaks(second)["reused"] == {"from": first.started_at.isoformat()}
+    assert leaks(second)["found"] == leaks(first)["found"]
+    assert (second.status, second.reason) == (Status.PASS, Reason.SOLUTION_LEAKED)
+    assert "reused" not in leaks(third)
+    assert (third.status, third.reason) == (Status.FAIL, Reason.SOLUTION_LEAKED)
 
 
 def checked_alone(env: Environment, runtime: DockerRuntime) -> Verdict:
