@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,7 @@ except ImportError as exc:
 from ray.cluster_utils import Cluster
 
 from envcheck.catalogue.loader import load_catalogue
-from envcheck.catalogue.models import Catalogue
+from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.catalogue.probe_specs import AdaptiveDepth
 from envcheck.core.readiness import Check, Readiness
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
@@ -359,12 +359,16 @@ data_sources:
     assert shape is not None and shape.seen == 2
 
 
-def probed_twice(executor: RayExecutor, store: Store, file: str, env_id: str
+def probed_twice(executor: RayExecutor, store: Store, file: str, env_id: str,
+                 changed: Callable[[Environment], Environment] | None = None
                  ) -> tuple[ProbeResult, ProbeResult]:
-    """The tests probe of ``env_id`` (of ``probes/FILE``) run twice on Ray, each result
-    recorded in ``store`` before the next probe (which may reuse its evidence)."""
+    """The tests probe of ``env_id`` (of ``probes/FILE``; ``changed`` by that, if given) run
+    twice on Ray, each result recorded in ``store`` before the next probe (which may reuse
+    its evidence)."""
     catalogue = load_catalogue([ROOT / "probes" / file])
     env = catalogue.environment(env_id)
+    if changed is not None:
+        env = changed(env)
     services = build_services(catalogue, store)
     run_id = store.start_run("test", [])
 
@@ -396,20 +400,13 @@ def test_wrong_fix_controls_run_once_per_image_and_spec_on_ray(
         executor: RayExecutor, store: Store) -> None:
     """The wrong-fix controls on a node, and reused there as locally: the caller sends the
     newest outcome of the environment's spec, the node reuses it when its digest matches."""
-    catalogue = load_catalogue([ROOT / "probes" / "demo-strength.yaml"])
-    weak = catalogue.environment("envcheck-demo__pyutils-6-weak")
-    assert weak.tests is not None and weak.tests.strength is not None
-    env = weak.model_copy(update={"tests": weak.tests.model_copy(update={
-        "strength": weak.tests.strength.model_copy(update={"mutants": 4})})})
-    services = build_services(catalogue, store)
-    run_id = store.start_run("test", [])
+    def fewer(env: Environment) -> Environment:
+        assert env.tests is not None and env.tests.strength is not None
+        return env.model_copy(update={"tests": env.tests.model_copy(update={
+            "strength": env.tests.strength.model_copy(update={"mutants": 4})})})
 
-    def check() -> ProbeResult:
-        [result] = executor.run_cycle([env], [ProbeKind.TESTS], run_id, services=services)
-        store.record(run_id, result)
-        return result
-
-    first, second = check(), check()
+    first, second = probed_twice(executor, store, "demo-strength.yaml",
+                                 "envcheck-demo__pyutils-6-weak", fewer)
     assert (first.status, first.reason) == (Status.PASS, Reason.WEAK_VERIFIER), first.summary
     assert "reused" not in first.details["strength"] and "ray" in first.details
     reused = second.details["strength"]
