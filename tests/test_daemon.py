@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import uuid
@@ -429,39 +430,64 @@ def test_prunes_its_store_on_its_own(daemons: Daemons, tmp_path: Path) -> None:
     assert problems(d) == []
 
 
-def test_runs_the_wrong_fix_controls_of_a_dataset_task(daemons: Daemons,
-                                                       tmp_path: Path) -> None:
-    """The daemon's tests probe plays the wrong-fix controls with the store as its ledger:
-    the weak demo task is weak_verifier there too, its survivors stored."""
+def test_runs_the_verifier_strength_controls_and_leak_checks(daemons: Daemons,
+                                                             tmp_path: Path) -> None:
+    """The daemon's tests probe plays the wrong-fix controls (a dataset task's gold patch),
+    the wrong-output controls (a Harbor task's solve.sh) and the leak checks, with the store
+    as their ledger: each demo task gets its verdict there too, its evidence stored."""
     probes = tmp_path / "probes"
     probes.mkdir()
-    demo = ROOT / "probes" / "datasets" / "swe-demo-strength.jsonl"
-    weak = demo.read_text(encoding="utf-8").splitlines()[0]
+    datasets = ROOT / "probes" / "datasets"
+    weak = (datasets / "swe-demo-strength.jsonl").read_text(encoding="utf-8").splitlines()[0]
     (probes / "tasks.jsonl").write_text(weak + "\n", encoding="utf-8")
-    write_catalogue(probes / "fleet.yaml", [HEALTHY], extra="""datasets:
-  - id: tasks
-    format: swebench
-    path: tasks.jsonl
+    leaked = [line for line in (datasets / "swe-demo-leaks.jsonl").read_text(
+        encoding="utf-8").splitlines() if '"envcheck-demo__pyutils-1-leaked"' in line]
+    (probes / "leaked.jsonl").write_text(leaked[0] + "\n", encoding="utf-8")
+    shutil.copytree(ROOT / "probes" / "harbor-strength" / "totals-exist-only",
+                    probes / "harbor" / "totals-exist-only")
+    swebench = """    format: swebench
     suite: daemon
     image_field: image_name
     workdir: /testbed
     command: /usr/bin/python3 -I -m pytest --noconftest -rA --tb=no -p no:cacheprovider {test_files}
     report: pytest
     reruns: 1
-    strength: { mutants: 3 }
+"""
+    write_catalogue(probes / "fleet.yaml", [HEALTHY], extra=f"""datasets:
+  - id: tasks
+    path: tasks.jsonl
+{swebench}    strength: {{ mutants: 3 }}
+  - id: leaked
+    path: leaked.jsonl
+{swebench}    leaks: {{}}
+  - id: outputs
+    format: harbor
+    path: harbor
+    suite: daemon
+    reruns: 1
+    strength: {{ mutants: 3 }}
 """)
     text = (probes / "fleet.yaml").read_text(encoding="utf-8")
     (probes / "fleet.yaml").write_text(text.replace("tests: null", "tests: 1h"),
                                        encoding="utf-8")
     d = daemons.start(probes / "fleet.yaml")
-    env_id = "envcheck-demo__pyutils-6-weak"
-    d.wait("the task's tests result", lambda: any(
-        r.env_id == env_id and r.kind == "tests" for r in d.rows()), timeout=240)
+    wanted = {"envcheck-demo__pyutils-6-weak": "weak_verifier",
+              "totals-exist-only": "weak_verifier",
+              "envcheck-demo__pyutils-1-leaked": "solution_leaked"}
+    d.wait("the tasks' tests results", lambda: {
+        r.env_id for r in d.rows() if r.kind == "tests"} >= set(wanted), timeout=360)
     with d.store() as store:
-        [result] = [r for r in store.latest_results([env_id]) if r.kind.value == "tests"]
-    assert (result.status.value, result.reason.value) == ("pass", "weak_verifier"), \
-        result.summary
-    info = result.details["strength"]
-    assert info["survivors"] and info["generated"]["mutants"] == 3
-    assert result.duration_s >= info["seconds"]  # charged to the budget with the probe
+        results = {r.env_id: r for r in store.latest_results(list(wanted))
+                   if r.kind.value == "tests"}
+    for env_id, reason in wanted.items():
+        result = results[env_id]
+        assert (result.status.value, result.reason.value) == ("pass", reason), result.summary
+    for env_id, of in (("envcheck-demo__pyutils-6-weak", "patch"),
+                       ("totals-exist-only", "outputs")):
+        info = results[env_id].details["strength"]
+        assert info["survivors"] and info["generated"]["mutants"] == 3
+        assert info["generated"].get("of", "patch") == of
+        # charged to the budget with the probe
+        assert results[env_id].duration_s >= info["seconds"]
+    assert results["envcheck-demo__pyutils-1-leaked"].details["leaks"]["found"]
     assert d.stop() == 0
