@@ -7,6 +7,7 @@
     GET    /v1/environments/{env_id}       state, per-kind health, history, latest results
     POST   /v1/quarantine/{env_id}         quarantine by hand (token; body {reason, actor?})
     DELETE /v1/quarantine/{env_id}         release by hand    (token; body {reason, actor?})
+    POST   /v1/rollouts                    the training run's rollouts, a batch (token)
     GET    /openapi.json, /docs            the spec
 
 It reads the store through the same functions as ``envcheck gate`` and ``envcheck quarantine``,
@@ -51,7 +52,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 from envcheck.api.auth import authorizer
 from envcheck.api.cache import ResponseCache
 from envcheck.api.problems import install_handlers
-from envcheck.api.routes import environments, incidents, quarantine, suites
+from envcheck.api.routes import environments, incidents, quarantine, rollouts, suites
 from envcheck.store import Store
 
 __all__ = ["DEFAULT_CACHE_TTL_S", "DEFAULT_PORT", "create_app", "serve", "serve_in_thread"]
@@ -89,6 +90,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
     app.include_router(incidents.router(store))
     app.include_router(environments.router(store, clock))
     app.include_router(quarantine.changes(store, authorizer(token), export_dir))
+    app.include_router(rollouts.router(store, authorizer(token)))
     return app
 
 

@@ -223,3 +223,15 @@ class QuarantineChangeOut(_Out):
     transition: TransitionOut | None
     exports_written: bool = Field(description="the export files were rewritten (false when "
                                               "nothing changed or writing them failed)")
+
+
+class RolloutsIngestedOut(_Out):
+    """What one batch of rollouts added (``POST /v1/rollouts``)."""
+
+    received: int = Field(description="records in the batch")
+    counted: int = Field(description="records added to their environments' counters")
+    duplicates: int = Field(description="records whose producer and sequence number were "
+                            "counted before (a retried batch), or twice in this batch")
+    unknown: int = Field(description="records naming no environment of the catalogue: "
+                         "counted per hour, never an error")
+    unknown_ids: list[str] = Field(description="a few of those environment ids")

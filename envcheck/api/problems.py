@@ -34,9 +34,11 @@ class ApiProblem(Exception):
     """An answer other than 2xx, with the :class:`Problem` body."""
 
     def __init__(self, status: int, error: str, reason: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 fields: list[FieldError] | None = None) -> None:
         super().__init__(reason)
         self.status, self.error, self.reason, self.headers = status, error, reason, headers
+        self.fields = fields
 
 
 def _problem(status: int, error: str, reason: str, headers: Mapping[str, str] | None = None,
@@ -51,7 +53,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiProblem)
     def _on_problem(_: Request, exc: ApiProblem) -> JSONResponse:
-        return _problem(exc.status, exc.error, exc.reason, exc.headers)
+        return _problem(exc.status, exc.error, exc.reason, exc.headers, exc.fields)
 
     @app.exception_handler(RequestValidationError)
     def _on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -35,6 +35,7 @@ from envcheck.store.database import (
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.prune import RetentionRecords
+from envcheck.store.rollouts import RolloutRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables.catalogue import EnvironmentRow
 from envcheck.store.tables.results import ProbeResultRow, probe_result
@@ -97,8 +98,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, FleetViews,
-            EnvironmentViews, QuarantineViews, SourceViews, MetricsViews):
+class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, RolloutRecords,
+            FleetViews, EnvironmentViews, QuarantineViews, SourceViews, MetricsViews):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:

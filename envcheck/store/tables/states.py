@@ -28,6 +28,8 @@ class EnvStateRow(SQLModel, table=True):
     reason: str = "ok"
     image_digest: str | None = None
     kinds: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    # the training run's rollouts as last assessed (None: no rollout evidence)
+    rollouts: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     quarantined: bool = False
     q_source: str | None = None
     q_actor: str | None = None
