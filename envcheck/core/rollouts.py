@@ -8,12 +8,13 @@ outcome (:mod:`envcheck.store.rollouts`), and the health model reads the counter
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
 __all__ = ["DURATION_NAMES", "ENVIRONMENT_OUTCOMES", "OUTCOME_DOCS", "TRAINER_OUTCOMES",
-           "Outcome", "Rollout"]
+           "Outcome", "Rollout", "env_failure_ratio", "judged"]
 
 
 class Outcome(StrEnum):
@@ -65,3 +66,18 @@ class Rollout:
     sandbox_start_s: float | None = None
     agent_s: float | None = None
     verifier_s: float | None = None
+
+
+def judged(counts: Mapping[str, float]) -> tuple[float, float]:
+    """(the environment's failures, the rollouts that judge it) from counts by outcome: its
+    failures and ``ok``; the trainer's outcomes say nothing of the environment and are left
+    out."""
+    failed = sum(n for outcome, n in counts.items() if outcome in ENVIRONMENT_OUTCOMES)
+    return failed, failed + counts.get(Outcome.OK, 0)
+
+
+def env_failure_ratio(counts: Mapping[str, float]) -> float | None:
+    """The environment's failures over the rollouts that judge it (:func:`judged`); None
+    when none does."""
+    failed, n = judged(counts)
+    return failed / n if n else None

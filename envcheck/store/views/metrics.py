@@ -5,6 +5,10 @@ the environments those transitions name, and two cheap marks (a count, a newest 
 that say whether a full read is due: a catalogue sync, a state row added without a
 transition, a row deleted. The full reads (every state, every environment's suite, the
 newest result per environment and kind) run at start and on those marks only.
+
+Rollouts are counters per hour, updated in place, so they have no id to follow: a scrape
+reads the hours still open (by the hour index) grouped in the database, and the ids of the
+environments rollouts flag (a scan of the state rows that returns only those).
 """
 
 from __future__ import annotations
@@ -15,20 +19,22 @@ from datetime import datetime
 from sys import intern
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, case, func, or_, select
+from sqlalchemy import ColumnElement, case, func, or_, select, true
 
 from envcheck.store.core_tables import (
     ENVS,
     INCIDENTS,
     RESULTS,
+    ROLLOUTS,
     STATES,
     SUITES,
     TRANSITIONS,
+    UNKNOWN_ROLLOUTS,
     not_retired,
 )
 from envcheck.store.views.common import PageViews
 
-__all__ = ["MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
+__all__ = ["HourCount", "MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
 
 _IN_BATCH = 500  # ids per IN (...): well under every backend's bound-parameter limit
 
@@ -60,6 +66,17 @@ class StateMark(NamedTuple):
     state: str
     quarantined: bool
     q_source: str | None
+
+
+class HourCount(NamedTuple):
+    """Rollouts of one hour and outcome, summed over image digests: of an environment (and
+    its suite) or, with ``env_id`` empty, of a whole suite."""
+
+    env_id: str
+    suite: str
+    hour: datetime
+    outcome: str
+    rollouts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +234,40 @@ class MetricsViews(PageViews):
         query = select(INCIDENTS.c.kind, func.count()).group_by(INCIDENTS.c.kind)
         with self._reading() as conn:
             return {str(kind): int(n) for kind, n in conn.execute(query)}
+
+    # --- rollouts ---------------------------------------------------------------------------
+
+    def rollout_hour_counts(self, since: datetime, per_environment: bool) -> list[HourCount]:
+        """Rollouts per hour and outcome of the hours from ``since`` on, per suite (the
+        environments table's, retired environments included: their rollouts were counted) or
+        per environment and its suite."""
+        suite = func.coalesce(ENVS.c.suite, "")
+        keys: list[Any] = [suite, ROLLOUTS.c.hour, ROLLOUTS.c.outcome]
+        if per_environment:
+            keys.insert(0, ROLLOUTS.c.env_id)
+        query = (select(*keys, func.sum(ROLLOUTS.c["count"]))
+                 .select_from(ROLLOUTS.outerjoin(ENVS, ENVS.c.id == ROLLOUTS.c.env_id))
+                 .where(ROLLOUTS.c.hour >= since).group_by(*keys))
+        with self._reading() as conn:
+            rows = conn.execute(query).all()
+        if per_environment:
+            return [HourCount(intern(env_id), intern(s), hour, intern(outcome), int(n))
+                    for env_id, s, hour, outcome, n in rows]
+        return [HourCount("", intern(s), hour, intern(outcome), int(n))
+                for s, hour, outcome, n in rows]
+
+    def unknown_rollout_hours(self, since: datetime) -> list[tuple[datetime, int]]:
+        """Rollouts that named no environment of the catalogue, per hour from ``since`` on."""
+        query = (select(UNKNOWN_ROLLOUTS.c.hour, UNKNOWN_ROLLOUTS.c["count"])
+                 .where(UNKNOWN_ROLLOUTS.c.hour >= since))
+        with self._reading() as conn:
+            return [(hour, int(n)) for hour, n in conn.execute(query)]
+
+    def rollout_flagged(self) -> list[tuple[str, str]]:
+        """(environment, its state row's suite) of the current environments whose rollout
+        evidence flags them (``env_state.rollouts.flagged``)."""
+        flagged = STATES.c.rollouts["flagged"].as_boolean()
+        query = select(STATES.c.env_id, STATES.c.suite).where(
+            STATES.c.rollouts.is_not(None), flagged == true(), not_retired(STATES.c.env_id))
+        with self._reading() as conn:
+            return [(intern(env_id), intern(suite)) for env_id, suite in conn.execute(query)]
