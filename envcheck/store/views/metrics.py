@@ -249,7 +249,7 @@ class MetricsViews(PageViews):
                  .select_from(ROLLOUTS.outerjoin(ENVS, ENVS.c.id == ROLLOUTS.c.env_id))
                  .where(ROLLOUTS.c.hour >= since).group_by(*keys))
         with self._reading() as conn:
-            rows = conn.execute(query).all()
+            rows: list[Any] = list(conn.execute(query))
         if per_environment:
             return [HourCount(intern(env_id), intern(s), hour, intern(outcome), int(n))
                     for env_id, s, hour, outcome, n in rows]
