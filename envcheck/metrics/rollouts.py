@@ -5,11 +5,12 @@ that named no environment of the catalogue.
 **A running total, not a sum of the table.** The store keeps rollouts as counters per
 environment, hour, image digest and outcome, added to in place, and retention deletes old
 hours: a sum over the table would drop whenever an hour is pruned, and would cost a read of
-the whole table per scrape. So a scrape reads only the *open* hours, grouped in the database
-(by the hour index): the current one, and the one before for :data:`LATE_S` after it ended
-(a batch reported a little late lands there). What each (hour, key) grew by since the last
-read is added to a running total held here. An hour older than that is closed: a rollout
-counted into it later counts in the store and the health model, not in these counters.
+the whole table per scrape. So a scrape reads only the *open* hours, one statement each by
+the hour index (grouped per suite in the database, or row by row per environment): the
+current one, and the one before for :data:`LATE_S` after it ended (a batch reported a little
+late lands there). What each (hour, key) grew by since the last read is added to a running
+total held here. An hour older than that is closed: a rollout counted into it later counts
+in the store and the health model, not in these counters.
 Counting starts when the metrics are made (what the open hours held then is the baseline),
 as the probe counters do: a restart is a counter reset, which ``rate()`` and ``increase()``
 handle, and a total never goes down, whatever is pruned. (A gauge over a fixed trailing
@@ -25,6 +26,10 @@ spread evenly over it). The environment's failures over the rollouts that judge 
 **Flagged environments** are what the health model wrote in ``env_state.rollouts.flagged``,
 with or without a transition (an environment already degraded does not move), so they are
 read at every scrape: a scan of the state rows that returns only the flagged ones.
+
+The cost, with every environment reporting rollouts in the open hour (two outcomes each, on
+SQLite): 0.02 CPU-s a scrape at 10,000 environments per suite, 0.06 with per-environment
+series; 0.26 and 0.55 at 100,000.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from envcheck.core.rollouts import Outcome, judged
 from envcheck.metrics.text import FamilyText, sample_line
-from envcheck.store.views.metrics import HourCount
 
 __all__ = ["LATE_S", "OUTCOMES", "RolloutSeries", "RolloutSource"]
 
@@ -53,8 +57,8 @@ K = TypeVar("K", bound=Hashable)
 class RolloutSource(Protocol):
     """The store's reads this module needs."""
 
-    def rollout_hour_counts(self, since: datetime, per_environment: bool
-                            ) -> list[HourCount]: ...
+    def rollout_hour_counts(self, hours: Sequence[datetime], per_environment: bool
+                            ) -> dict[datetime, dict[tuple[str, str], int]]: ...
     def unknown_rollout_hours(self, since: datetime) -> list[tuple[datetime, int]]: ...
     def rollout_flagged(self) -> list[tuple[str, str]]: ...
 
@@ -64,27 +68,26 @@ def hour_of(at: datetime) -> datetime:
 
 
 class Growth(Generic[K]):
-    """Running totals per key, fed with hourly counts that only grow: what a count grew by
-    since it was last read is added; one read lower (its rows pruned) adds nothing."""
+    """What hourly counts that only grow grew by since they were last read: each key's count
+    held per hour; a read lower (its rows pruned) adds nothing."""
 
     def __init__(self) -> None:
-        self.totals: dict[K, int] = {}
-        self._held: dict[datetime, dict[K, int]] = {}  # per hour, each key's count last read
+        self._held: dict[datetime, dict[K, int]] = {}
 
-    def feed(self, counts: Iterable[tuple[datetime, K, int]], baseline: bool) -> set[K]:
-        """Take one read of the open hours; ``baseline``: held, not counted. The keys whose
-        total moved."""
-        moved: set[K] = set()
-        for hour, key, n in counts:
-            held = self._held.setdefault(hour, {})
+    def feed(self, hour: datetime, counts: Mapping[K, int], baseline: bool) -> dict[K, int]:
+        """Take one read of ``hour``: what each key grew by (``baseline``: held, nothing)."""
+        grown: dict[K, int] = {}
+        held = self._held.setdefault(hour, {})
+        for key, n in counts.items():
             before = held.get(key)
             if before is None:
-                before = n if baseline else 0
-            if n > before:
-                self.totals[key] = self.totals.get(key, 0) + n - before
-                moved.add(key)
-            held[key] = max(before, n)
-        return moved
+                held[key] = n
+                if not baseline:
+                    grown[key] = n
+            elif n > before:  # else the usual case: nothing new (or rows pruned)
+                held[key] = n
+                grown[key] = n - before
+        return grown
 
     def hour(self, hour: datetime) -> Mapping[K, int]:
         """The counts of ``hour`` as last read (empty: none, or not read)."""
@@ -115,11 +118,14 @@ class RolloutSeries:
                  clock: Callable[[], float] = time.time) -> None:
         self.per_environment = per_environment
         self._clock = clock
-        self._suites: Growth[tuple[str, str]] = Growth()  # (suite, outcome)
-        self._envs: Growth[tuple[str, str]] = Growth()  # (environment, outcome)
+        # per (suite, outcome), or per (environment, outcome) with per-environment series
+        self._counts: Growth[tuple[str, str]] = Growth()
         self._unknown: Growth[str] = Growth()
+        self.totals: Counter[tuple[str, str]] = Counter()  # (suite, outcome): the counter
+        self.unknown_total = 0
         self._env_totals: dict[str, dict[str, int]] = {}  # environment -> outcome -> total
-        self._env_suite: dict[str, str] = {}
+        # per hour, (suite, outcome) -> rollouts as last read: the failure ratio's
+        self._suite_hours: dict[datetime, Mapping[tuple[str, str], int]] = {}
         self._read: set[datetime] = set()  # hours read at least once
         self._now = datetime.fromtimestamp(clock(), UTC)
         self.flagged: dict[str, str] = {}  # environment -> its suite
@@ -131,51 +137,53 @@ class RolloutSeries:
             "envcheck_environment_rollout_flagged", "gauge",
             "1 while the training run's rollouts flag the environment (failing well above "
             "the fleet); only flagged environments have a series", _flagged_line)
-        self.refresh(store, baseline=True)  # counting starts here
+        self.refresh(store, {}, baseline=True)  # counting starts here
+        self._read.clear()  # the first scrape reads the hours again, knowing the suites
 
     # --- refresh ---------------------------------------------------------------------------
 
-    def refresh(self, store: RolloutSource, suite_of: Mapping[str, str] | None = None,
+    def refresh(self, store: RolloutSource, suite_of: Mapping[str, str],
                 baseline: bool = False) -> None:
         """Reads first, then folds: a read that fails leaves nothing half counted."""
         now = datetime.fromtimestamp(self._clock(), UTC)
         current = hour_of(now)
         previous = current - HOUR
         still_open = (now - current).total_seconds() < LATE_S
-        since = previous if still_open or previous not in self._read else current
-        counts = store.rollout_hour_counts(since, self.per_environment)
-        unknown = store.unknown_rollout_hours(since)
+        hours = [previous, current] if still_open or previous not in self._read else [current]
+        counts = store.rollout_hour_counts(hours, self.per_environment)
+        unknown = store.unknown_rollout_hours(hours[0])
         flagged = store.rollout_flagged()
         self._now = now
-        self._fold(counts, baseline)
-        self._unknown.feed(((hour, "", n) for hour, n in unknown), baseline)
-        hour = since
-        while hour <= current:
-            self._read.add(hour)
-            hour += HOUR
-        self._read = {h for h in self._read if h >= previous}
-        for growth in (self._suites, self._envs, self._unknown):
+        for hour in sorted({*hours, *counts}):
+            self._fold(hour, counts.get(hour, {}), suite_of, baseline)
+        for hour, n in unknown:
+            self.unknown_total += sum(self._unknown.feed(hour, {"": n}, baseline).values())
+        self._read = {h for h in {*self._read, *hours} if h >= previous}
+        for growth in (self._counts, self._unknown):
             growth.forget_before(previous)  # the previous hour is kept for the ratio
-        self._flag(flagged, suite_of or {})
+        for old in [h for h in self._suite_hours if h < previous]:
+            del self._suite_hours[old]
+        self._flag(flagged, suite_of)
 
-    def _fold(self, counts: Sequence[HourCount], baseline: bool) -> None:
+    def _fold(self, hour: datetime, counts: Mapping[tuple[str, str], int],
+              suite_of: Mapping[str, str], baseline: bool) -> None:
+        grown = self._counts.feed(hour, counts, baseline)
         if not self.per_environment:
-            self._suites.feed(((c.hour, (c.suite, c.outcome), c.rollouts) for c in counts),
-                              baseline)
+            self.totals.update(grown)
+            self._suite_hours[hour] = self._counts.hour(hour)
             return
-        by_suite: Counter[tuple[datetime, str, str]] = Counter()
-        for c in counts:
-            by_suite[(c.hour, c.suite, c.outcome)] += c.rollouts
-            self._env_suite[c.env_id] = c.suite
-        self._suites.feed(((hour, (suite, outcome), n)
-                           for (hour, suite, outcome), n in by_suite.items()), baseline)
-        moved = self._envs.feed(((c.hour, (c.env_id, c.outcome), c.rollouts) for c in counts),
-                                baseline)
-        for env_id, outcome in moved:
-            self._env_totals.setdefault(env_id, {})[outcome] = self._envs.totals[(env_id,
-                                                                                  outcome)]
-        for env_id in {env_id for env_id, _ in moved}:
-            self._env_text.set(env_id, (self._env_suite.get(env_id, ""),
+        # per environment: what each grew by counts in its suite now (a moved environment's
+        # earlier rollouts stay where they were counted)
+        by_suite: Counter[tuple[str, str]] = Counter()
+        for (env_id, outcome), n in counts.items():
+            by_suite[(suite_of.get(env_id, ""), outcome)] += n
+        self._suite_hours[hour] = by_suite
+        for (env_id, outcome), n in grown.items():
+            self.totals[(suite_of.get(env_id, ""), outcome)] += n
+            totals = self._env_totals.setdefault(env_id, {})
+            totals[outcome] = totals.get(outcome, 0) + n
+        for env_id in {env_id for env_id, _ in grown}:
+            self._env_text.set(env_id, (suite_of.get(env_id, ""),
                                         tuple(sorted(self._env_totals[env_id].items()))))
 
     def _flag(self, flagged: Sequence[tuple[str, str]], suite_of: Mapping[str, str]) -> None:
@@ -189,21 +197,21 @@ class RolloutSeries:
     # --- families --------------------------------------------------------------------------
 
     def families(self, suites: Sequence[str]) -> Iterable[Metric]:
-        known = sorted({*suites, *(s for s, _ in self._suites.totals)})
+        known = sorted({*suites, *(s for s, _ in self.totals)})
         counted = CounterMetricFamily(
             "envcheck_rollouts", "Rollouts the training run reported, by the environment's "
             "suite and outcome, counted since envcheck started (an hour's rollouts reported "
             "more than 10 minutes after it ended count in the store only)",
             labels=["suite", "outcome"])
-        outcomes = sorted({*OUTCOMES, *(o for _, o in self._suites.totals)})
+        outcomes = sorted({*OUTCOMES, *(o for _, o in self.totals)})
         for suite in known:
             for outcome in outcomes:
-                counted.add_metric([suite, outcome], self._suites.totals.get((suite, outcome), 0))
+                counted.add_metric([suite, outcome], self.totals[(suite, outcome)])
         unknown = CounterMetricFamily(
             "envcheck_rollouts_unknown_environment",
             "Rollouts that named no environment of the catalogue, counted since envcheck "
             "started")
-        unknown.add_metric([], self._unknown.totals.get("", 0))
+        unknown.add_metric([], self.unknown_total)
         ratio = GaugeMetricFamily(
             "envcheck_suite_rollout_failure_ratio",
             "The environments' failures over the suite's rollouts that judge them (ok or the "
@@ -236,7 +244,7 @@ class RolloutSeries:
         weight = 1.0 - (self._now - current).total_seconds() / 3600
         out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for hour, w in ((current, 1.0), (current - HOUR, weight)):
-            for (suite, outcome), n in self._suites.hour(hour).items():
+            for (suite, outcome), n in self._suite_hours.get(hour, {}).items():
                 out[suite][outcome] += w * n
         return out
 

@@ -34,7 +34,7 @@ from envcheck.store.core_tables import (
 )
 from envcheck.store.views.common import PageViews
 
-__all__ = ["HourCount", "MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
+__all__ = ["MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
 
 _IN_BATCH = 500  # ids per IN (...): well under every backend's bound-parameter limit
 
@@ -66,17 +66,6 @@ class StateMark(NamedTuple):
     state: str
     quarantined: bool
     q_source: str | None
-
-
-class HourCount(NamedTuple):
-    """Rollouts of one hour and outcome, summed over image digests: of an environment (and
-    its suite) or, with ``env_id`` empty, of a whole suite."""
-
-    env_id: str
-    suite: str
-    hour: datetime
-    outcome: str
-    rollouts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,24 +226,40 @@ class MetricsViews(PageViews):
 
     # --- rollouts ---------------------------------------------------------------------------
 
-    def rollout_hour_counts(self, since: datetime, per_environment: bool) -> list[HourCount]:
-        """Rollouts per hour and outcome of the hours from ``since`` on, per suite (the
-        environments table's, retired environments included: their rollouts were counted) or
-        per environment and its suite."""
-        suite = func.coalesce(ENVS.c.suite, "")
-        keys: list[Any] = [suite, ROLLOUTS.c.hour, ROLLOUTS.c.outcome]
+    def rollout_hour_counts(self, hours: Sequence[datetime], per_environment: bool
+                            ) -> dict[datetime, dict[tuple[str, str], int]]:
+        """Rollouts by outcome of each of ``hours`` and of any hour after the last of them
+        (a trainer's clock ahead), summed over image digests: per (environment, outcome), or
+        per (suite, outcome) of the current environments' suites ('' for the others) through
+        the environments table, summed in the database. One statement an hour: the hour
+        index finds its rows, and no time is read back per row."""
         if per_environment:
-            keys.insert(0, ROLLOUTS.c.env_id)
-        query = (select(*keys, func.sum(ROLLOUTS.c["count"]))
-                 .select_from(ROLLOUTS.outerjoin(ENVS, ENVS.c.id == ROLLOUTS.c.env_id))
-                 .where(ROLLOUTS.c.hour >= since).group_by(*keys))
+            keys: list[Any] = [ROLLOUTS.c.env_id, ROLLOUTS.c.outcome, ROLLOUTS.c["count"]]
+            query = select(*keys)
+        else:
+            current = (ENVS.c.id == ROLLOUTS.c.env_id) & ENVS.c.retired_at.is_(None)
+            suite = func.coalesce(ENVS.c.suite, "")
+            query = (select(suite, ROLLOUTS.c.outcome, func.sum(ROLLOUTS.c["count"]))
+                     .select_from(ROLLOUTS.outerjoin(ENVS, current))
+                     .group_by(suite, ROLLOUTS.c.outcome))
+        out: dict[datetime, dict[tuple[str, str], int]] = {}
+
+        def add(hour: datetime, key: str, outcome: str, n: int) -> None:
+            counts = out.setdefault(hour, {})
+            key_outcome = (intern(key), intern(outcome))
+            counts[key_outcome] = counts.get(key_outcome, 0) + int(n)
+
         with self._reading() as conn:
-            rows: list[Any] = list(conn.execute(query))
-        if per_environment:
-            return [HourCount(intern(env_id), intern(s), hour, intern(outcome), int(n))
-                    for env_id, s, hour, outcome, n in rows]
-        return [HourCount("", intern(s), hour, intern(outcome), int(n))
-                for s, hour, outcome, n in rows]
+            for hour in hours:
+                for key, outcome, n in conn.execute(query.where(ROLLOUTS.c.hour == hour)):
+                    add(hour, key, outcome, n)
+            if hours:
+                later = query.add_columns(ROLLOUTS.c.hour).where(ROLLOUTS.c.hour > max(hours))
+                if not per_environment:
+                    later = later.group_by(ROLLOUTS.c.hour)
+                for key, outcome, n, hour in conn.execute(later):
+                    add(hour, key, outcome, n)
+        return out
 
     def unknown_rollout_hours(self, since: datetime) -> list[tuple[datetime, int]]:
         """Rollouts that named no environment of the catalogue, per hour from ``since`` on."""
