@@ -167,12 +167,15 @@ def test_a_late_batch_counts_while_its_hour_is_open(
     assert (clock.at - HOUR - timedelta(hours=1)).total_seconds() < LATE_S
     report(store, "eval-ok", HOUR + timedelta(minutes=58), {Outcome.OK: 2})  # late
     report(store, "eval-ok", clock.at, {Outcome.SANDBOX_LOST: 1})
-    assert counted(served.scrape()) == Counter({("eval", "ok"): 6, ("eval", "sandbox_lost"): 1})
+    report(store, "train-ok-1", clock.at + timedelta(hours=2), {Outcome.OK: 3})  # clock ahead
+    assert counted(served.scrape()) == Counter({("eval", "ok"): 6, ("eval", "sandbox_lost"): 1,
+                                                ("train", "ok"): 3})
     # once its hour is closed a late batch counts in the store (and the health model) only
     clock.at = HOUR + timedelta(hours=1, minutes=20)
     report(store, "eval-ok", HOUR + timedelta(minutes=59), {Outcome.OK: 5})
     assert stored(store)[("eval", "ok")] == 11
-    assert counted(served.scrape()) == Counter({("eval", "ok"): 6, ("eval", "sandbox_lost"): 1})
+    assert counted(served.scrape()) == Counter({("eval", "ok"): 6, ("eval", "sandbox_lost"): 1,
+                                                ("train", "ok"): 3})
 
 
 def test_failure_ratio_over_the_last_hour(store: Store, serve: Callable[..., Served],
