@@ -23,9 +23,9 @@ import pytest
 
 from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.metrics.rollouts import LATE_S, OUTCOMES
-from envcheck.store import Store, open_store
-from tests.test_api import T0, seed
-from tests.test_metrics import Samples, Served
+from envcheck.store import Store
+from tests.test_api import T0
+from tests.test_metrics import Samples, Served, store  # noqa: F401  (the seeded store)
 
 HOUR = T0 + timedelta(hours=3)  # an hour of the store's seeded day
 SUITES = ("eval", "train")
@@ -43,37 +43,30 @@ class Clock:
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    with open_store(store_url) as opened:
-        seed(opened)
-        yield opened
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock(HOUR + timedelta(minutes=30))
 
 
 @pytest.fixture
-def serve(store: Store, clock: Clock) -> Iterator[Callable[..., Served]]:
+def serve(store: Store, clock: Clock) -> Iterator[Callable[..., Served]]:  # noqa: F811
     with contextlib.ExitStack() as stack:
         yield lambda **kwargs: Served(store, stack, now=clock, **kwargs)
 
 
-def report(store: Store, env_id: str, at: datetime, outcomes: Mapping[Outcome, int],
+def report(into: Store, env_id: str, at: datetime, outcomes: Mapping[Outcome, int],
            producer: str = "run-1", reward: float | None = None) -> list[Rollout]:
     """Rollouts of ``env_id`` at ``at``, counted by the store as the ingest route does."""
     batch = [Rollout(env_id, at, producer, next(_seq), outcome, reward=reward)
              for outcome, n in outcomes.items() for _ in range(n)]
-    store.record_rollouts(batch)
+    into.record_rollouts(batch)
     return batch
 
 
-def stored(store: Store) -> Counter[tuple[str, str]]:
+def stored(held: Store) -> Counter[tuple[str, str]]:
     """(suite, outcome) -> rollouts the store holds."""
-    suite_of = {e.id: e.suite for e in store.environments()}
+    suite_of = {e.id: e.suite for e in held.environments()}
     out: Counter[tuple[str, str]] = Counter()
-    for row in store.rollout_rows():
+    for row in held.rollout_rows():
         out[(suite_of[row.env_id], row.outcome)] += row.count
     return out
 
@@ -100,7 +93,7 @@ def evidence(flagged: bool, **extra: Any) -> dict[str, Any]:
 
 
 def test_rollouts_are_counted_per_suite_and_outcome_from_the_start(
-        store: Store, serve: Callable[..., Served], clock: Clock) -> None:
+        store: Store, serve: Callable[..., Served], clock: Clock) -> None:  # noqa: F811
     report(store, "train-ok-1", clock.at, {Outcome.OK: 5})  # before: not counted
     before = stored(store)
     served = serve()
@@ -138,7 +131,7 @@ def test_rollouts_are_counted_per_suite_and_outcome_from_the_start(
 
 
 def test_counters_never_drop_when_old_hours_are_pruned(
-        store: Store, serve: Callable[..., Served], clock: Clock) -> None:
+        store: Store, serve: Callable[..., Served], clock: Clock) -> None:  # noqa: F811
     served = serve()
     report(store, "train-ok-1", clock.at, {Outcome.OK: 10})
     assert counted(served.scrape()) == Counter({("train", "ok"): 10})
@@ -159,7 +152,7 @@ def test_counters_never_drop_when_old_hours_are_pruned(
 
 
 def test_a_late_batch_counts_while_its_hour_is_open(
-        store: Store, serve: Callable[..., Served], clock: Clock) -> None:
+        store: Store, serve: Callable[..., Served], clock: Clock) -> None:  # noqa: F811
     clock.at = HOUR + timedelta(minutes=55)
     served = serve()
     report(store, "eval-ok", clock.at, {Outcome.OK: 4})
@@ -178,7 +171,7 @@ def test_a_late_batch_counts_while_its_hour_is_open(
                                                 ("train", "ok"): 3})
 
 
-def test_failure_ratio_over_the_last_hour(store: Store, serve: Callable[..., Served],
+def test_failure_ratio_over_the_last_hour(store: Store, serve: Callable[..., Served],  # noqa: F811
                                           clock: Clock) -> None:
     previous = HOUR - timedelta(minutes=30)
     report(store, "train-ok-1", previous, {Outcome.SANDBOX_START_FAILED: 30, Outcome.OK: 70})
@@ -202,7 +195,7 @@ def test_failure_ratio_over_the_last_hour(store: Store, serve: Callable[..., Ser
     assert per_suite(quiet, "envcheck_suite_rollouts_last_hour") == {"train": 0.0, "eval": 0.0}
 
 
-def test_flagged_environments_follow_the_state_rows(store: Store,
+def test_flagged_environments_follow_the_state_rows(store: Store,  # noqa: F811
                                                     serve: Callable[..., Served]) -> None:
     full, suites_only = serve(), serve(per_environment=False)
     assert per_suite(full.scrape(), "envcheck_suite_rollout_flagged_environments") == {
@@ -233,7 +226,7 @@ def test_flagged_environments_follow_the_state_rows(store: Store,
 
 
 def test_per_suite_mode_counts_the_same_without_environment_series(
-        store: Store, serve: Callable[..., Served], clock: Clock) -> None:
+        store: Store, serve: Callable[..., Served], clock: Clock) -> None:  # noqa: F811
     full, suites_only = serve(), serve(per_environment=False)
     report(store, "train-ok-1", clock.at, {Outcome.OK: 7, Outcome.VERIFIER_TIMEOUT: 1})
     report(store, "eval-ok", clock.at, {Outcome.OK: 2, Outcome.REWARD_MALFORMED: 2})
