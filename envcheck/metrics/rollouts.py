@@ -44,6 +44,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from envcheck.core.rollouts import Outcome, judged
 from envcheck.metrics.text import FamilyText, sample_line
+from envcheck.store.rollouts import hour_of
 
 __all__ = ["LATE_S", "OUTCOMES", "RolloutSeries", "RolloutSource"]
 
@@ -61,10 +62,6 @@ class RolloutSource(Protocol):
                             ) -> dict[datetime, dict[tuple[str, str], int]]: ...
     def unknown_rollout_hours(self, since: datetime) -> list[tuple[datetime, int]]: ...
     def rollout_flagged(self) -> list[tuple[str, str]]: ...
-
-
-def hour_of(at: datetime) -> datetime:
-    return at.replace(minute=0, second=0, microsecond=0)
 
 
 class Growth(Generic[K]):
