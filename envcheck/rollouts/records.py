@@ -43,7 +43,9 @@ class RolloutRecord(BaseModel):
     def rollout(self) -> Rollout:
         d = self.durations
         at: datetime = self.at
+        if d is None:
+            return Rollout(self.env_id, at, self.producer, self.seq, self.outcome,
+                           self.image_digest, self.reward)
         return Rollout(self.env_id, at, self.producer, self.seq, self.outcome,
-                       self.image_digest, self.reward,
-                       d.sandbox_start_s if d else None, d.agent_s if d else None,
-                       d.verifier_s if d else None)
+                       self.image_digest, self.reward, d.sandbox_start_s, d.agent_s,
+                       d.verifier_s)
