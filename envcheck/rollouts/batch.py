@@ -7,11 +7,12 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from envcheck.core.rollouts import Rollout
-from envcheck.rollouts.records import RolloutRecord
+from envcheck.rollouts.records import RECORD, RECORDS, RolloutRecord, to_rollout
 
 __all__ = ["MAX_BODY_BYTES", "MAX_RECORDS", "MAX_SKEW", "BatchError", "read_batch"]
 
@@ -20,7 +21,7 @@ __all__ = ["MAX_BODY_BYTES", "MAX_RECORDS", "MAX_SKEW", "BatchError", "read_batc
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_RECORDS = 20_000
 MAX_SKEW = timedelta(hours=1)  # how far in the future a record's time may be (clock skew)
-_ARRAY = TypeAdapter(list[RolloutRecord])
+_AT = itemgetter("at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,21 +97,20 @@ def read_batch(body: bytes, *, content_type: str = "application/json",
             raise BatchError(400, "invalid_body", "the body must be a JSON array of records "
                              "(or NDJSON with Content-Type application/x-ndjson)")
         try:
-            records = _ARRAY.validate_json(body)
+            records = RECORDS.validate_json(body)
         except ValidationError as exc:
             raise _field_error(exc, None, 1) from None
     if len(records) > MAX_RECORDS:
         raise BatchError(413, "too_large", f"{len(records)} records: at most {MAX_RECORDS} "
                          "a batch")
     latest = (now or datetime.now(UTC)) + MAX_SKEW
-    rollouts: list[Rollout] = []
-    for index, record in enumerate(records):  # one pass: this is the hot path
-        if record.at > latest:
-            raise BatchError(400, "invalid_record", f"record {index}, field at: "
-                             f"{record.at.isoformat()} is in the future", index, "at",
-                             "in_the_future")
-        rollouts.append(record.rollout())
-    return rollouts
+    # the newest first (a loop in C), the index only of a batch refused: the hot path
+    if records and max(map(_AT, records)) > latest:
+        index = next(i for i, r in enumerate(records) if r["at"] > latest)
+        raise BatchError(400, "invalid_record", f"record {index}, field at: "
+                         f"{records[index]['at'].isoformat()} is in the future", index, "at",
+                         "in_the_future")
+    return list(map(to_rollout, records))
 
 
 def _ndjson(body: bytes) -> list[RolloutRecord]:
@@ -121,7 +121,7 @@ def _ndjson(body: bytes) -> list[RolloutRecord]:
         if len(records) >= MAX_RECORDS:
             raise BatchError(413, "too_large", f"over {MAX_RECORDS} records a batch")
         try:
-            records.append(RolloutRecord.model_validate_json(line))
+            records.append(RECORD.validate_json(line))
         except ValidationError as exc:
             raise _field_error(exc, len(records), 0) from None
     return records

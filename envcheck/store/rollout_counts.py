@@ -52,7 +52,7 @@ def merge_ranges(ranges: Iterable[Sequence[int]], seqs: Iterable[int],
                  limit: int = MAX_RANGES) -> list[list[int]]:
     """``ranges`` with ``seqs`` added, sorted, adjacent ranges joined; past ``limit`` ranges
     the oldest are joined across their gap."""
-    points = sorted([[lo, hi] for lo, hi in ranges] + [[s, s] for s in set(seqs)])
+    points = sorted([[lo, hi] for lo, hi in ranges] + _runs(seqs))
     merged: list[list[int]] = []
     for lo, hi in points:
         if merged and lo <= merged[-1][1] + 1:
@@ -62,6 +62,22 @@ def merge_ranges(ranges: Iterable[Sequence[int]], seqs: Iterable[int],
     if len(merged) > limit:
         merged[:len(merged) - limit + 1] = [[merged[0][0], merged[len(merged) - limit][1]]]
     return merged
+
+
+def _runs(seqs: Iterable[int]) -> list[list[int]]:
+    """``seqs`` as sorted closed ranges of consecutive numbers (a batch's are mostly one)."""
+    ordered = sorted(set(seqs))
+    if not ordered:
+        return []
+    if ordered[-1] - ordered[0] + 1 == len(ordered):
+        return [[ordered[0], ordered[-1]]]
+    runs = [[ordered[0], ordered[0]]]
+    for seq in ordered[1:]:
+        if seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return runs
 
 
 def fresh(rollouts: Sequence[Rollout], seen: dict[str, list[list[int]]]

@@ -4,14 +4,17 @@ counters in one transaction, never kept record by record.
 - **Once per sequence number.** Each producer's sequence numbers already counted are kept as
   sorted ranges (``rollout_producer.seen``, :mod:`envcheck.store.rollout_counts`); a record
   whose number is among them (a retried batch, a batch sent twice) adds nothing.
-- **Counters.** Records of known environments add into ``rollout_rollup`` rows per
-  environment, hour, image digest and outcome (an upsert adding each counter), so the store's
-  size per environment-hour is fixed whatever the volume; records of environments the
-  catalogue does not hold (or no longer holds) are counted per hour with a few ids to show.
-- **All or nothing, durable.** A batch is one transaction, committed before the caller
-  answers; batches are counted one at a time, whichever process sends them: SQLite's write
-  lock taken at the start (``BEGIN IMMEDIATE``, so no other writer comes between the read of a
-  producer's ranges and their write), a transaction-level advisory lock on PostgreSQL.
+- **Counters.** Records of known environments add into ``rollout_rollup`` rows per hour,
+  environment, image digest and outcome (an upsert adding each counter), so the store's size
+  per environment-hour is fixed whatever the volume; records of environments the catalogue
+  does not hold (or no longer holds) are counted per hour with a few ids to show.
+- **All or nothing, durable.** A batch is counted in one transaction, committed before the
+  caller is answered. Batches that arrive while one is being written are written together
+  after it, in one transaction (:mod:`envcheck.store.groupcommit`: one commit and one write of
+  each hot page for all of them; should it fail, each is written again alone). One group at a
+  time, whichever process writes: SQLite's write lock taken at the start (``BEGIN
+  IMMEDIATE``, so no writer comes between the read of a producer's ranges and their write),
+  a transaction-level advisory lock on PostgreSQL.
 - **Known ids cached.** The ids of current environments are kept in memory and re-read only
   when the feed's generation (the newest transition id) moved: every retirement writes a
   transition in the transaction that retires, so a retired id is never taken for a known one;
@@ -36,15 +39,16 @@ from sqlalchemy import select as sa_select
 from envcheck.core.rollouts import Rollout
 from envcheck.store.access import StoreAccess
 from envcheck.store.core_tables import ENVS, PRODUCERS, ROLLOUTS, UNKNOWN_ROLLOUTS
-from envcheck.store.rollout_counts import Bucket, BucketKey, count, fresh, hour_of
+from envcheck.store.groupcommit import GroupCommit
 from envcheck.store.retention import day_start
+from envcheck.store.rollout_counts import Bucket, BucketKey, count, fresh, hour_of
 from envcheck.store.sql import GENERATION_SQL
 from envcheck.store.tables.columns import now
 from envcheck.store.tables.rollouts import ROLLOUT_COUNTERS, ROLLOUT_KEY
 from envcheck.store.tables.rollups import RollupPeriod
 
-__all__ = ["UNKNOWN_IDS_KEPT", "CountersUpsert", "IngestOutcome", "KnownEnvs", "RolloutRecords",
-           "counters_upsert"]
+__all__ = ["UNKNOWN_IDS_KEPT", "CountersUpsert", "IngestOutcome", "KnownEnvs", "RolloutIngest",
+           "RolloutRecords", "counters_upsert"]
 
 UNKNOWN_IDS_KEPT = 20  # unknown environment ids kept per hour, to show
 _IDS_BATCH = 500  # ids per IN list: under SQLite's limit of bound parameters
@@ -71,6 +75,15 @@ class KnownEnvs:
     generation: int | None = None
     ids: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(slots=True)
+class RolloutIngest:
+    """What a store keeps between batches: the known ids, and the batches being written
+    together (:class:`~envcheck.store.groupcommit.GroupCommit`)."""
+
+    known: KnownEnvs = field(default_factory=KnownEnvs)
+    group: GroupCommit[Sequence[Rollout], IngestOutcome] = field(default_factory=GroupCommit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,28 +162,46 @@ def _datetime_param(dialect: Dialect) -> Callable[[datetime], Any]:
 
 
 class RolloutRecords(StoreAccess):
-    _known_envs: KnownEnvs
+    _rollout_ingest: RolloutIngest
 
     def record_rollouts(self, rollouts: Sequence[Rollout]) -> IngestOutcome:
         """Count one batch, in one transaction: all of it or (on an error) none of it,
-        committed when this returns."""
+        committed when this returns. Batches that arrive together are written together."""
+        return self._rollout_ingest.group.run(rollouts, self._record_group)
+
+    def _record_group(self, batches: Sequence[Sequence[Rollout]]) -> list[IngestOutcome]:
+        """Count ``batches`` in one transaction, in order: a record of a later batch is a
+        duplicate of an earlier one's as it would be had they come one by one."""
+        outcomes: list[IngestOutcome] = []
+        counted: list[Rollout] = []
+        unknown: list[Rollout] = []
         with self._transaction() as conn:
             self._one_batch_at_a_time(conn)
-            seen = self._seen(conn, sorted({r.producer for r in rollouts}))
-            new, ranges = fresh(rollouts, seen)
-            known = self._known_ids(conn, {r.env_id for r in new})
-            counted = [r for r in new if r.env_id in known]
-            unknown = [r for r in new if r.env_id not in known]
+            seen = self._seen(conn, sorted({r.producer for b in batches for r in b}))
+            changed: dict[str, list[list[int]]] = {}
+            fresh_ones = []
+            for batch in batches:
+                new, ranges = fresh(batch, seen)
+                seen.update(ranges)
+                changed.update(ranges)
+                fresh_ones.append(new)
+            known = self._known_ids(conn, {r.env_id for new in fresh_ones for r in new})
+            for batch, new in zip(batches, fresh_ones, strict=True):
+                mine = [r for r in new if r.env_id in known]
+                strangers = [r for r in new if r.env_id not in known]
+                counted += mine
+                unknown += strangers
+                shown = tuple(sorted({r.env_id for r in strangers}))[:UNKNOWN_IDS_KEPT]
+                outcomes.append(IngestOutcome(len(batch), len(mine), len(batch) - len(new),
+                                              len(strangers), shown))
             if counted:
                 upsert = counters_upsert(conn.dialect)
                 conn.exec_driver_sql(upsert.sql, upsert.rows(count(counted), RollupPeriod.HOUR))
             if unknown:
                 self._count_unknown(conn, unknown)
-            if ranges:
-                self._keep_seen(conn, ranges)
-        shown = tuple(sorted({r.env_id for r in unknown}))[:UNKNOWN_IDS_KEPT]
-        return IngestOutcome(len(rollouts), len(counted), len(rollouts) - len(new),
-                             len(unknown), shown)
+            if changed:
+                self._keep_seen(conn, changed)
+        return outcomes
 
     # --- the parts of one batch ---------------------------------------------------------
 
@@ -188,7 +219,7 @@ class RolloutRecords(StoreAccess):
 
     def _known_ids(self, conn: Connection, ids: set[str]) -> set[str]:
         """Those of ``ids`` naming a current (not retired) environment."""
-        cache = self._known_envs
+        cache = self._rollout_ingest.known
         generation = conn.exec_driver_sql(GENERATION_SQL).scalar()
         with cache.lock:
             if generation != cache.generation:

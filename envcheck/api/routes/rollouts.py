@@ -19,7 +19,7 @@ from envcheck.api.auth import BEARER, Authorize, authenticated_first
 from envcheck.api.models import FieldError, Problem, RolloutsIngestedOut
 from envcheck.api.problems import MUTATION, ApiProblem
 from envcheck.rollouts.batch import MAX_BODY_BYTES, BatchError, read_batch
-from envcheck.rollouts.records import RolloutRecord
+from envcheck.rollouts.records import record_schema
 from envcheck.store import Store
 
 __all__ = ["read_body", "router"]
@@ -28,7 +28,7 @@ _ANSWERS = {**MUTATION, 400: {"model": Problem, "description": "A bad record (in
             413: {"model": Problem, "description": "Over 20,000 records or 16 MiB"},
             415: {"model": Problem, "description": "A Content-Encoding other than gzip"}}
 # The body is read by hand (two media types, gzip); the spec still shows the record's schema.
-_RECORD = RolloutRecord.model_json_schema(ref_template="#/components/schemas/{model}")
+_RECORD = record_schema()
 _BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"type": "array", "items": _RECORD}},
     "application/x-ndjson": {"schema": {"type": "string",
