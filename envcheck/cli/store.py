@@ -134,6 +134,12 @@ def _print(report: PruneReport) -> None:
         ("result_rollup", "hour rows past --keep-hourly deleted", report.hourly_deleted),
         ("result_rollup", "day rows past --keep-daily deleted", report.daily_deleted),
         ("check_run", "runs left without results deleted", report.runs_deleted),
+        ("rollout_rollup", "hour rows past --keep-hourly folded into days",
+         report.rollout_hours_folded),
+        ("rollout_rollup", "day rows past --keep-daily deleted", report.rollout_days_deleted),
+        ("rollout_unknown", "hours past --keep-hourly deleted", report.rollout_unknown_deleted),
+        ("rollout_producer", "producers silent past --keep-hourly deleted",
+         report.rollout_producers_deleted),
     ):
         table.add_row(row[0], row[1], str(row[2]))
     if report.incremental_vacuum:

@@ -16,10 +16,11 @@ from operator import attrgetter
 from typing import Any
 
 from envcheck.core.rollouts import DURATION_NAMES, Rollout
+from envcheck.store.retention import day_start
 from envcheck.store.tables.rollouts import ROLLOUT_COUNTERS
 
-__all__ = ["MAX_RANGES", "Bucket", "BucketKey", "count", "fresh", "hour_of", "merge_ranges",
-           "seen_in"]
+__all__ = ["MAX_RANGES", "Bucket", "BucketKey", "count", "fold_days", "fresh", "hour_of",
+           "merge_ranges", "seen_in"]
 
 # Sequence ranges kept per producer. A producer that sends its numbers in order keeps one;
 # past this many (numbers sent far out of order, or skipped for good) the two oldest are
@@ -143,3 +144,23 @@ def count(rollouts: Iterable[Rollout]) -> dict[BucketKey, Bucket]:
         elif at > b[_LAST]:
             b[_LAST] = at
     return buckets
+
+
+def fold_days(rows: Iterable[Any]) -> dict[BucketKey, Bucket]:
+    """Counter rows (of ``rollout_rollup``'s columns) added up per day, environment, image
+    digest and outcome: what a prune folds hour rows into."""
+    days: dict[BucketKey, Bucket] = {}
+    for row in rows:
+        values = row._mapping
+        key = (day_start(values["hour"]), values["env_id"], values["image_digest"],
+               values["outcome"])
+        b = days.get(key)
+        if b is None:
+            days[key] = [*(values[name] for name in ROLLOUT_COUNTERS), values["first_at"],
+                         values["last_at"]]
+            continue
+        for i, name in enumerate(ROLLOUT_COUNTERS):
+            b[i] += values[name]
+        b[_FIRST] = min(b[_FIRST], values["first_at"])
+        b[_LAST] = max(b[_LAST], values["last_at"])
+    return days

@@ -48,7 +48,7 @@ from envcheck.store.tables.rollouts import ROLLOUT_COUNTERS, ROLLOUT_KEY
 from envcheck.store.tables.rollups import RollupPeriod
 
 __all__ = ["UNKNOWN_IDS_KEPT", "CountersUpsert", "IngestOutcome", "KnownEnvs", "RolloutIngest",
-           "RolloutRecords", "counters_upsert"]
+           "RolloutRecords", "counters_upsert", "one_batch_at_a_time"]
 
 UNKNOWN_IDS_KEPT = 20  # unknown environment ids kept per hour, to show
 _IDS_BATCH = 500  # ids per IN list: under SQLite's limit of bound parameters
@@ -161,6 +161,16 @@ def _datetime_param(dialect: Dialect) -> Callable[[datetime], Any]:
     return text if process(probe) == text(probe) else process
 
 
+def one_batch_at_a_time(conn: Connection) -> None:
+    """Take the lock that makes writes of the counters one at a time, for the rest of
+    ``conn``'s transaction (its first statement)."""
+    if conn.dialect.name == "sqlite":
+        # pysqlite would begin (deferred) only at the first write, after the reads
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_INGEST_LOCK})")
+
+
 class RolloutRecords(StoreAccess):
     _rollout_ingest: RolloutIngest
 
@@ -176,7 +186,7 @@ class RolloutRecords(StoreAccess):
         counted: list[Rollout] = []
         unknown: list[Rollout] = []
         with self._transaction() as conn:
-            self._one_batch_at_a_time(conn)
+            one_batch_at_a_time(conn)
             seen = self._seen(conn, sorted({r.producer for b in batches for r in b}))
             changed: dict[str, list[list[int]]] = {}
             fresh_ones = []
@@ -204,13 +214,6 @@ class RolloutRecords(StoreAccess):
         return outcomes
 
     # --- the parts of one batch ---------------------------------------------------------
-
-    def _one_batch_at_a_time(self, conn: Connection) -> None:
-        if conn.dialect.name == "sqlite":
-            # pysqlite would begin (deferred) only at the first write, after the reads
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_INGEST_LOCK})")
 
     def _seen(self, conn: Connection, producers: list[str]) -> dict[str, list[list[int]]]:
         query = sa_select(PRODUCERS.c.producer, PRODUCERS.c.seen).where(
