@@ -95,7 +95,8 @@ def prune(
     database: Database = None,
 ) -> None:
     """Fold raw results past their retention into hourly and daily rollups and delete them,
-    never the health model's window nor a transition's evidence; delete rollups past theirs.
+    never the health model's window nor a transition's evidence; delete rollups past theirs;
+    fold the rollout counters' hour rows into day rows, and delete those past theirs.
     Exit 0 done, 2 bad option, 3 the store failed."""
     retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
     if dry_run and vacuum:

@@ -35,7 +35,7 @@ class GroupCommit(Generic[T, R]):
     """``run(item, write_group)``: ``write_group(items)`` writes items in one transaction and
     returns their results in order. ``max_items``: at most this many items a group."""
 
-    max_items: int = 64
+    max_items: int = 16
     _pending: list[_Job[T, R]] = field(default_factory=list)
     _writing: bool = False
     _changed: threading.Condition = field(default_factory=threading.Condition)
