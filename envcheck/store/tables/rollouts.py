@@ -23,10 +23,10 @@ __all__ = ["ROLLOUT_COUNTERS", "ROLLOUT_KEY", "RolloutProducerRow", "RolloutUnkn
 # rows into once they are past their retention (:mod:`envcheck.store.rollout_retention`).
 # Each rollout is in exactly one row, so readers add both periods.
 # The start leads: a batch's records are of a few hours, so its upserts land on a few
-# neighbouring pages. Led by env_id, the 780 rows a batch of 1,000 records over 1,000
-# environments updates were as many pages, each written to the WAL at every commit: 12 ms a
-# batch against 6 (bench/rollouts.py). An environment's own rows are found by
-# ``ix_rollout_rollup_env``, which only a new row writes to.
+# neighbouring pages. Led by env_id, the ~780 rows a batch of 1,000 records over 1,000
+# environments updates were nearly as many pages, each written to the WAL at every commit:
+# 12.0 ms a batch against 8.0 led by the hour (bench/README.md, rollouts). An environment's
+# own rows are found by ``ix_rollout_rollup_env``, which only a new row writes to.
 ROLLOUT_KEY = ("hour", "env_id", "image_digest", "outcome", "period")
 # Columns that add: a batch's counters are added to the row's (an upsert), so batches in any
 # order and any split give the same row. reward_*: the reward's count, sum, sum of squares,
@@ -51,7 +51,7 @@ rollout_rollup = Table(
     # an environment's evidence since an hour
     Index("ix_rollout_rollup_env", "env_id", "hour"),
     # SQLite: the rows in the key's b-tree itself, no second one by rowid (the upserts of a
-    # batch: a further 8 ms down to 6)
+    # batch: a further 8.0 ms down to 5.8)
     sqlite_with_rowid=False,
 )
 
