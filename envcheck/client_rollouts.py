@@ -35,7 +35,7 @@ import collections
 import gzip
 import json
 import logging
-import math
+import os
 import threading
 import time
 import uuid
@@ -56,27 +56,30 @@ from tenacity import (
     wait_random,
 )
 
+from envcheck.client_records import checked_record, checked_text
 from envcheck.core.retry_after import parse_retry_after
-from envcheck.core.rollouts import (
-    DURATION_NAMES,
-    MAX_BATCH_RECORDS,
-    MAX_DIGEST_LENGTH,
-    MAX_ENV_ID_LENGTH,
-    MAX_PRODUCER_LENGTH,
-    MAX_SEQ,
-    Outcome,
-)
+from envcheck.core.rollouts import MAX_BATCH_RECORDS, MAX_PRODUCER_LENGTH, MAX_SEQ, Outcome
 
 __all__ = ["ReporterStats", "RolloutReporter"]
 
 log = logging.getLogger("envcheck.client.rollouts")
 
 MAX_RETRY_AFTER_S = 60.0  # a server asking for longer is waited on this long, then asked again
-_OUTCOMES = frozenset(o.value for o in Outcome)
-_VOCABULARY = ", ".join(o.value for o in Outcome)
 _TRANSIENT_STATUS = frozenset({408, 429})
-_OPEN: set[RolloutReporter] = set()  # closed at interpreter exit
-_OPEN_LOCK = threading.Lock()
+
+
+class _Open:
+    """The reporters still open, closed at interpreter exit."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.lock = threading.Lock()
+        self.reporters: set[RolloutReporter] = set()
+
+
+_OPEN = _Open()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,51 +113,6 @@ _RETRIED = (requests.ConnectionError, requests.Timeout, requests.exceptions.Chun
             _Unavailable)
 
 
-def _number(value: object, what: str, *, non_negative: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{what} must be a finite number, not {value!r}")
-    if non_negative and value < 0:
-        raise ValueError(f"{what} must be >= 0, not {value!r}")
-    return float(value)
-
-
-def _text(value: object, what: str, limit: int) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= limit:
-        raise ValueError(f"{what} must be a string of 1 to {limit} characters, not {value!r}")
-    return value
-
-
-def _durations(durations: Mapping[str, float | None]) -> dict[str, float]:
-    unknown = set(durations) - set(DURATION_NAMES)
-    if unknown:
-        raise ValueError(f"unknown durations {sorted(unknown)}: "
-                         f"the names are {', '.join(DURATION_NAMES)}")
-    return {name: _number(value, f"durations[{name!r}]", non_negative=True)
-            for name, value in durations.items() if value is not None}
-
-
-def _record(env_id: str, outcome: str, reward: float | None, image_digest: str | None,
-            at: datetime | None, durations: Mapping[str, float | None] | None
-            ) -> dict[str, Any]:
-    """A record as the wire takes it, less producer and seq; ValueError for what the server
-    would refuse."""
-    if outcome not in _OUTCOMES:
-        raise ValueError(f"unknown outcome {outcome!r}: one of {_VOCABULARY}")
-    if at is None:
-        at = datetime.now(UTC)
-    elif not isinstance(at, datetime) or at.utcoffset() is None:
-        raise ValueError(f"at must be a timezone-aware datetime, not {at!r}")
-    record: dict[str, Any] = {"env_id": _text(env_id, "env_id", MAX_ENV_ID_LENGTH),
-                              "at": at.isoformat(), "outcome": str(outcome)}
-    if image_digest is not None:
-        record["image_digest"] = _text(image_digest, "image_digest", MAX_DIGEST_LENGTH)
-    if reward is not None:
-        record["reward"] = _number(reward, "reward")
-    if durations:
-        record["durations"] = _durations(durations)
-    return record
-
-
 class RolloutReporter:
     """See the module docstring. ``EnvcheckClient.rollouts()`` makes one with the client's
     URL, token and timeouts; ``sleep`` (the pause between retries) is injectable for tests."""
@@ -175,8 +133,8 @@ class RolloutReporter:
             raise ValueError("max_age_s must be > 0, retry_for_s and exit_timeout_s >= 0")
         if not 0 <= first_seq <= MAX_SEQ:
             raise ValueError(f"first_seq must be 0 to {MAX_SEQ}")
-        self.producer = _text(producer or f"run-{uuid.uuid4().hex}", "producer",
-                              MAX_PRODUCER_LENGTH)
+        self.producer = checked_text(producer or f"run-{uuid.uuid4().hex}", "producer",
+                                     MAX_PRODUCER_LENGTH)
         self.exit_timeout_s = exit_timeout_s
         self._url = base_url.rstrip("/") + "/v1/rollouts"
         self._headers = {"Authorization": f"Bearer {token}", "Content-Encoding": "gzip",
@@ -203,9 +161,10 @@ class RolloutReporter:
         self._last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="envcheck-rollouts",
                                         daemon=True)
+        self._pid = os.getpid()
         self._thread.start()
-        with _OPEN_LOCK:
-            _OPEN.add(self)
+        with _OPEN.lock:
+            _OPEN.reporters.add(self)
 
     def __repr__(self) -> str:
         return f"RolloutReporter({self._url!r}, producer={self.producer!r})"
@@ -217,7 +176,10 @@ class RolloutReporter:
                durations: Mapping[str, float | None] | None = None) -> None:
         """Queue one rollout (``at`` defaults to now); returns at once. ValueError for a
         record the server would refuse (an outcome outside :class:`Outcome` ...)."""
-        record = _record(env_id, outcome, reward, image_digest, at, durations)
+        if os.getpid() != self._pid:  # a forked child shares the producer, not the thread
+            raise RuntimeError("a rollout reporter does not follow a fork: make one in the "
+                               "child (EnvcheckClient.rollouts())")
+        record = checked_record(env_id, outcome, reward, image_digest, at, durations)
         record["producer"] = self.producer
         with self._cond:
             if self._closed:
@@ -257,8 +219,8 @@ class RolloutReporter:
             self._closed = True
             target = self._next_seq - 1
             self._cond.notify_all()
-        with _OPEN_LOCK:
-            _OPEN.discard(self)
+        with _OPEN.lock:
+            _OPEN.reporters.discard(self)
         self._thread.join(timeout)
         self._give_up.set()  # a sender still retrying stops; its records stay unsent
         with self._cond:
@@ -269,8 +231,6 @@ class RolloutReporter:
         if not drained:
             log.warning("envcheck rollout reporter %s closed with %d records unsent (%s)",
                         self.producer, unsent, self._last_error or "timed out")
-        if not self._thread.is_alive():
-            self._session.close()
         return drained
 
     @property
@@ -308,12 +268,14 @@ class RolloutReporter:
         return held[0][0] - 1 if held else self._next_seq - 1
 
     def _run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            try:
-                self._deliver(batch)
-            except Exception as exc:  # a bug here must not stop the sender: drop, say so
-                log.exception("envcheck rollout reporter failed on a batch of %d", len(batch))
-                self._settle(rejected=exc)
+        with self._session:
+            while (batch := self._next_batch()) is not None:
+                try:
+                    self._deliver(batch)
+                except Exception as exc:  # a bug here must not stop the sender: drop, say so
+                    log.exception("envcheck rollout reporter failed on a batch of %d",
+                                  len(batch))
+                    self._settle(rejected=exc)
 
     def _next_batch(self) -> list[tuple[int, float, dict[str, Any]]] | None:
         """The next batch once one is due (taken in flight), or None when closing is done."""
@@ -344,7 +306,7 @@ class RolloutReporter:
                 self._cond.notify_all()
             self._sleep(self._between_rounds_s)
         except (_Rejected, requests.RequestException) as exc:
-            log.warning("envcheck refused a batch of %d rollouts, dropped: %s", len(batch), exc)
+            log.warning("dropped a batch of %d rollouts: %s", len(batch), exc)
             self._settle(rejected=exc)
         else:
             self._settle(answer=answer)
@@ -407,9 +369,18 @@ class RolloutReporter:
             state.attempt_number, exc)
 
 
+def _forget_after_fork() -> None:
+    """A forked child leaves its parent's reporters alone: their locks may be held by a
+    thread it does not have, and their records are the parent's to send."""
+    _OPEN.reset()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 @atexit.register
 def _close_at_exit() -> None:
-    with _OPEN_LOCK:
-        open_now = list(_OPEN)
+    with _OPEN.lock:
+        open_now = list(_OPEN.reporters)
     for reporter in open_now:
         reporter.close(reporter.exit_timeout_s)
