@@ -15,6 +15,7 @@ __all__ = ["checked_record", "checked_text"]
 
 _OUTCOMES = frozenset(o.value for o in Outcome)
 _VOCABULARY = ", ".join(o.value for o in Outcome)
+_DURATIONS = frozenset(DURATION_NAMES)
 
 
 def _number(value: object, what: str, *, non_negative: bool = False) -> float:
@@ -32,19 +33,22 @@ def checked_text(value: object, what: str, limit: int) -> str:
 
 
 def _durations(durations: Mapping[str, float | None]) -> dict[str, float]:
-    unknown = set(durations) - set(DURATION_NAMES)
-    if unknown:
-        raise ValueError(f"unknown durations {sorted(unknown)}: "
-                         f"the names are {', '.join(DURATION_NAMES)}")
-    return {name: _number(value, f"durations[{name!r}]", non_negative=True)
-            for name, value in durations.items() if value is not None}
+    out: dict[str, float] = {}
+    for name, value in durations.items():
+        if name not in _DURATIONS:
+            raise ValueError(f"unknown duration {name!r}: the names are "
+                             f"{', '.join(DURATION_NAMES)}")
+        if value is not None:
+            out[name] = _number(value, f"durations[{name!r}]", non_negative=True)
+    return out
 
 
 def checked_record(env_id: str, outcome: str, reward: float | None, image_digest: str | None,
                    at: datetime | None, durations: Mapping[str, float | None] | None
             ) -> dict[str, Any]:
-    """A record as the wire takes it, less producer and seq; ValueError for what the server
-    would refuse."""
+    """A record as the wire takes it, less producer and seq (``at`` still a datetime: the
+    sender writes it out, off the trainer's thread); ValueError for what the server would
+    refuse."""
     if outcome not in _OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}: one of {_VOCABULARY}")
     if at is None:
@@ -52,7 +56,7 @@ def checked_record(env_id: str, outcome: str, reward: float | None, image_digest
     elif not isinstance(at, datetime) or at.utcoffset() is None:
         raise ValueError(f"at must be a timezone-aware datetime, not {at!r}")
     record: dict[str, Any] = {"env_id": checked_text(env_id, "env_id", MAX_ENV_ID_LENGTH),
-                              "at": at.isoformat(), "outcome": str(outcome)}
+                              "at": at, "outcome": str(outcome)}
     if image_digest is not None:
         record["image_digest"] = checked_text(image_digest, "image_digest", MAX_DIGEST_LENGTH)
     if reward is not None:

@@ -161,7 +161,7 @@ class RolloutReporter:
         self._last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="envcheck-rollouts",
                                         daemon=True)
-        self._pid = os.getpid()
+        self._forked = False  # in a forked child: its parent's, not to report through
         self._thread.start()
         with _OPEN.lock:
             _OPEN.reporters.add(self)
@@ -176,7 +176,7 @@ class RolloutReporter:
                durations: Mapping[str, float | None] | None = None) -> None:
         """Queue one rollout (``at`` defaults to now); returns at once. ValueError for a
         record the server would refuse (an outcome outside :class:`Outcome` ...)."""
-        if os.getpid() != self._pid:  # a forked child shares the producer, not the thread
+        if self._forked:  # a child would share the producer's numbers, not the thread
             raise RuntimeError("a rollout reporter does not follow a fork: make one in the "
                                "child (EnvcheckClient.rollouts())")
         record = checked_record(env_id, outcome, reward, image_digest, at, durations)
@@ -295,7 +295,8 @@ class RolloutReporter:
                 self._cond.wait(wait)
 
     def _deliver(self, batch: list[tuple[int, float, dict[str, Any]]]) -> None:
-        body = json.dumps([record for _, _, record in batch], separators=(",", ":"))
+        body = json.dumps([record for _, _, record in batch], separators=(",", ":"),
+                          default=_iso)
         try:
             answer = self._post(gzip.compress(body.encode(), compresslevel=1))
         except _RETRIED as exc:  # retried for retry_for_s: back to the queue's head
@@ -369,9 +370,17 @@ class RolloutReporter:
             state.attempt_number, exc)
 
 
+def _iso(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _forget_after_fork() -> None:
     """A forked child leaves its parent's reporters alone: their locks may be held by a
     thread it does not have, and their records are the parent's to send."""
+    for reporter in _OPEN.reporters:  # one thread in the child: read without the lock
+        reporter._forked = True
     _OPEN.reset()
 
 

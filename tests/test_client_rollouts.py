@@ -105,7 +105,7 @@ def counted(store: Store) -> dict[str, int]:
 
 
 def reward_sum(store: Store) -> float:
-    return sum(row.reward_sum for row in store.rollout_rows())
+    return float(sum(row.reward_sum for row in store.rollout_rows()))
 
 
 # --- counting, end to end -------------------------------------------------------------------
@@ -390,7 +390,7 @@ def test_a_refused_batch_is_dropped_counted_and_logged_once(
     ({"reward": float("nan")}, "reward must be a finite number"),
     ({"reward": True}, "reward must be a finite number"),
     ({"image_digest": "x" * 257}, "image_digest must be a string of 1 to 256"),
-    ({"durations": {"agent": 1.0}}, "unknown durations ['agent']"),
+    ({"durations": {"agent": 1.0}}, "unknown duration 'agent': the names are"),
     ({"durations": {"agent_s": -1.0}}, "durations['agent_s'] must be >= 0"),
 ])
 def test_report_refuses_a_bad_record_at_once(kwargs: dict[str, Any], message: str) -> None:
