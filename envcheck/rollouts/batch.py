@@ -11,7 +11,7 @@ from operator import itemgetter
 
 from pydantic import ValidationError
 
-from envcheck.core.rollouts import Rollout
+from envcheck.core.rollouts import MAX_BATCH_RECORDS, Rollout
 from envcheck.rollouts.records import RECORD, RECORDS, RolloutRecord, to_rollout
 
 __all__ = ["MAX_BODY_BYTES", "MAX_RECORDS", "MAX_SKEW", "BatchError", "read_batch"]
@@ -19,7 +19,7 @@ __all__ = ["MAX_BODY_BYTES", "MAX_RECORDS", "MAX_SKEW", "BatchError", "read_batc
 # Whichever comes first. 20,000 records of the wire format are ~6 MB; the byte bound holds
 # what one request may make the server read and validate (sent, and once inflated).
 MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_RECORDS = 20_000
+MAX_RECORDS = MAX_BATCH_RECORDS
 MAX_SKEW = timedelta(hours=1)  # how far in the future a record's time may be (clock skew)
 _AT = itemgetter("at")
 

@@ -13,7 +13,14 @@ from typing import Annotated, Any, NotRequired
 from pydantic import AwareDatetime, ConfigDict, Field, NonNegativeFloat, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
-from envcheck.core.rollouts import Outcome, Rollout
+from envcheck.core.rollouts import (
+    MAX_DIGEST_LENGTH,
+    MAX_ENV_ID_LENGTH,
+    MAX_PRODUCER_LENGTH,
+    MAX_SEQ,
+    Outcome,
+    Rollout,
+)
 
 __all__ = ["RECORD", "RECORDS", "Durations", "RolloutRecord", "record_schema", "to_rollout"]
 
@@ -35,16 +42,17 @@ class RolloutRecord(TypedDict):
     under which sequence number (counted once per producer and number), its outcome, and
     optionally the image digest it ran, its reward and durations."""
 
-    env_id: Annotated[str, Field(min_length=1, max_length=512,
+    env_id: Annotated[str, Field(min_length=1, max_length=MAX_ENV_ID_LENGTH,
                                  description="the environment's id in the catalogue")]
     at: Annotated[AwareDatetime, Field(description="when the rollout ended, with its offset")]
-    producer: Annotated[str, Field(min_length=1, max_length=256,
+    producer: Annotated[str, Field(min_length=1, max_length=MAX_PRODUCER_LENGTH,
                                    description="who reports it: the training run's id")]
-    seq: Annotated[int, Field(ge=0, le=2**62, description=(
+    seq: Annotated[int, Field(ge=0, le=MAX_SEQ, description=(
         "the producer's sequence number of this rollout: a record whose producer and number "
         "were counted before (a retried batch) adds nothing"))]
     outcome: Outcome
-    image_digest: NotRequired[Annotated[str, Field(min_length=1, max_length=256)] | None]
+    image_digest: NotRequired[
+        Annotated[str, Field(min_length=1, max_length=MAX_DIGEST_LENGTH)] | None]
     reward: NotRequired[Annotated[float, Field(allow_inf_nan=False)] | None]
     durations: NotRequired[Durations | None]
 
