@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -181,8 +182,10 @@ def test_group_commit_answers_each_caller_and_isolates_a_failing_item() -> None:
     others = [threading.Thread(target=call, args=(i,)) for i in (1, 2, 13, 4)]
     for t in others:
         t.start()
+    deadline = time.monotonic() + 10
     while len(group._pending) < 4:  # all four queued behind the first write
-        threading.Event().wait(0.01)
+        assert time.monotonic() < deadline, "the callers did not queue"
+        time.sleep(0.01)
     release.set()
     for t in [first, *others]:
         t.join(10)

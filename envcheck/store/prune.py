@@ -1,5 +1,7 @@
 """Pruning (mixed into ``Store``): raw results past their retention folded into the rollups
-and deleted, old rollups and empty runs deleted, free pages given back (SQLite).
+and deleted, old rollups and empty runs deleted, the rollout counters' hour rows folded into
+day rows and old ones deleted (:mod:`envcheck.store.rollout_retention`), free pages given back
+(SQLite).
 
 What is never pruned, so that no state, allowlist or transition changes:
 

@@ -122,7 +122,8 @@ def counters_upsert(dialect: Dialect) -> CountersUpsert:
     """An upsert into ``rollout_rollup`` that adds each counter to the row's and keeps the
     earliest ``first_at`` and latest ``last_at``: rows added in any order and any split give
     the same row (the prune's fold into day rows uses it too)."""
-    done = _UPSERTS.get(dialect.name)
+    key = f"{dialect.name}+{dialect.driver}"  # the paramstyle is the driver's
+    done = _UPSERTS.get(key)
     if done is not None:
         return done
     from sqlalchemy.dialects import postgresql, sqlite
@@ -139,7 +140,7 @@ def counters_upsert(dialect: Dialect) -> CountersUpsert:
     compiled = stmt.compile(dialect=dialect)
     if compiled.positiontup is not None and tuple(compiled.positiontup) != columns:
         raise RuntimeError("the counters' upsert binds its columns out of the table's order")
-    done = _UPSERTS[dialect.name] = CountersUpsert(
+    done = _UPSERTS[key] = CountersUpsert(
         compiled.string, None if compiled.positiontup is not None else columns,
         _datetime_param(dialect))
     return done
