@@ -24,6 +24,7 @@ import pytest
 from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.metrics.rollouts import LATE_S, OUTCOMES
 from envcheck.store import Store
+from envcheck.store.retention import Retention
 from tests.test_api import T0
 from tests.test_metrics import Samples, Served, store  # noqa: F401  (the seeded store)
 
@@ -135,9 +136,12 @@ def test_counters_never_drop_when_old_hours_are_pruned(
     served = serve()
     report(store, "train-ok-1", clock.at, {Outcome.OK: 10})
     assert counted(served.scrape()) == Counter({("train", "ok"): 10})
-    clock.at += timedelta(hours=2)  # that hour is closed now
+    clock.at += timedelta(days=2)  # that hour is long closed
     report(store, "train-ok-1", clock.at, {Outcome.OK: 3})
-    assert store.prune_rollouts(HOUR + timedelta(hours=1)) > 0
+    # its hour row folded into a day row, and that deleted: kept a day each
+    pruned = store.prune(Retention(passes_days=1, others_days=1, hourly_days=1, daily_days=1),
+                         now=clock.at)
+    assert (pruned.rollout_hours_folded, pruned.rollout_days_deleted) == (1, 1)
     assert stored(store) == Counter({("train", "ok"): 3})
     after = served.scrape()
     assert counted(after) == Counter({("train", "ok"): 13})

@@ -45,7 +45,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from envcheck.core.rollouts import Outcome, judged
 from envcheck.metrics.text import FamilyText, sample_line
-from envcheck.store.rollouts import hour_of
+from envcheck.store.rollout_counts import hour_of
 
 __all__ = ["LATE_S", "OUTCOMES", "RolloutSeries", "RolloutSource"]
 

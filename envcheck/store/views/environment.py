@@ -175,16 +175,17 @@ class EnvironmentViews(PageViews):
 
     def rollout_counts(self, env_id: str, hours: int = 168) -> list[RolloutCount]:
         """The environment's rollout counters of the ``hours`` hours up to its newest one with
-        any (not up to now: a run that stopped a week ago still shows), oldest first."""
+        any (not up to now: a run that stopped days ago still shows), oldest first: its hour
+        rows, which the store keeps for a week (older hours are folded into day rows)."""
         columns = [ROLLOUTS.c[n] for n in RolloutCount.__dataclass_fields__]
-        newest = select(func.max(ROLLOUTS.c.hour)).where(ROLLOUTS.c.env_id == env_id)
+        hourly = (ROLLOUTS.c.env_id == env_id) & (ROLLOUTS.c.period == RollupPeriod.HOUR.value)
+        newest = select(func.max(ROLLOUTS.c.hour)).where(hourly)
         with self.snapshot() as conn:
             top = conn.execute(newest).scalar()
             if top is None:
                 return []
             query = (select(*columns)
-                     .where(ROLLOUTS.c.env_id == env_id,
-                            ROLLOUTS.c.hour > top - timedelta(hours=max(1, hours)))
+                     .where(hourly, ROLLOUTS.c.hour > top - timedelta(hours=max(1, hours)))
                      .order_by(ROLLOUTS.c.hour, ROLLOUTS.c.image_digest, ROLLOUTS.c.outcome))
             return [RolloutCount(*row) for row in conn.execute(query)]
 

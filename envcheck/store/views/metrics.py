@@ -32,6 +32,7 @@ from envcheck.store.core_tables import (
     UNKNOWN_ROLLOUTS,
     not_retired,
 )
+from envcheck.store.tables.rollups import RollupPeriod
 from envcheck.store.views.common import PageViews
 
 __all__ = ["MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
@@ -231,8 +232,9 @@ class MetricsViews(PageViews):
         """Rollouts by outcome of each of ``hours`` and of any hour after the last of them
         (a trainer's clock ahead), summed over image digests: per (environment, outcome), or
         per (suite, outcome) of the current environments' suites ('' for the others) through
-        the environments table, summed in the database. One statement an hour: the hour
-        index finds its rows, and no time is read back per row."""
+        the environments table, summed in the database. Hour rows only (a day row holds
+        hours long closed). One statement an hour: the key, which leads with the hour, finds
+        its rows, and no time is read back per row."""
         if per_environment:
             keys: list[Any] = [ROLLOUTS.c.env_id, ROLLOUTS.c.outcome, ROLLOUTS.c["count"]]
             query = select(*keys)
@@ -249,6 +251,7 @@ class MetricsViews(PageViews):
             key_outcome = (intern(key), intern(outcome))
             counts[key_outcome] = counts.get(key_outcome, 0) + int(n)
 
+        query = query.where(ROLLOUTS.c.period == RollupPeriod.HOUR.value)  # not day rows
         with self._reading() as conn:
             for hour in hours:
                 for key, outcome, n in conn.execute(query.where(ROLLOUTS.c.hour == hour)):
