@@ -28,9 +28,10 @@ with or without a transition (an environment already degraded does not move), so
 read at every scrape: a scan of the state rows that returns only the flagged ones.
 
 The cost on SQLite, with every environment reporting rollouts in the open hour (two outcomes
-each): 0.02 CPU-s a scrape at 10,000 environments per suite, 0.06 with per-environment
-series; 0.26 and 0.55 at 100,000. Without rollouts it is the scan for flagged environments:
-0.002 CPU-s at 10,000, 0.02 at 100,000 (a third of them with rollout evidence).
+each): 0.02 CPU-s a scrape at 10,000 environments per suite, 0.06-0.08 with
+per-environment series; 0.22-0.26 and 0.55 at 100,000. Without rollouts it is the scan for
+flagged environments: 0.002 CPU-s at 10,000, 0.02 at 100,000 (a third of them with rollout
+evidence).
 """
 
 from __future__ import annotations
