@@ -23,12 +23,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case
+from sqlalchemy import case, func
 from sqlalchemy import select as sa_select
 
 from envcheck.core.rollouts import DURATION_NAMES, Rollout
 from envcheck.store.access import StoreAccess
-from envcheck.store.core_tables import ENVS, PRODUCERS, ROLLOUTS, UNKNOWN_ROLLOUTS
+from envcheck.store.core_tables import (
+    ENVS,
+    HELD_ROLLOUTS,
+    PRODUCERS,
+    ROLLOUTS,
+    UNKNOWN_ROLLOUTS,
+)
 from envcheck.store.tables.columns import now
 from envcheck.store.tables.rollouts import ROLLOUT_COUNTERS, ROLLOUT_KEY
 
@@ -167,8 +173,10 @@ class RolloutRecords(StoreAccess):
                                   stmt.excluded.first_at), else_=ROLLOUTS.c.first_at)
         added["last_at"] = case((stmt.excluded.last_at > ROLLOUTS.c.last_at,
                                  stmt.excluded.last_at), else_=ROLLOUTS.c.last_at)
+        added["updated_at"] = stmt.excluded.updated_at
         stmt = stmt.on_conflict_do_update(index_elements=list(ROLLOUT_KEY), set_=added)
-        conn.execute(stmt, [dict(zip(ROLLOUT_KEY, key, strict=True), **counters)
+        at = now()
+        conn.execute(stmt, [dict(zip(ROLLOUT_KEY, key, strict=True), **counters, updated_at=at)
                             for key, counters in buckets.items()])
 
     def _count_unknown(self, conn: Any, unknown: Sequence[Rollout]) -> None:
@@ -218,9 +226,37 @@ class RolloutRecords(StoreAccess):
             return out
 
     def rollout_envs_since(self, at: datetime) -> set[str]:
-        """Environments with a rollout counted at or after ``at``."""
-        query = (sa_select(ROLLOUTS.c.env_id).distinct()
-                 .where(ROLLOUTS.c.hour >= hour_of(at), ROLLOUTS.c.last_at >= at))
+        """Environments with a rollout counted at or after ``at`` (when its batch came in,
+        whatever the rollout's own time: a late batch changes old hours too)."""
+        query = sa_select(ROLLOUTS.c.env_id).distinct().where(ROLLOUTS.c.updated_at >= at)
+        with self._reading() as conn:
+            return {row[0] for row in conn.execute(query)}
+
+    def rollout_totals(self, since: datetime) -> list[tuple[datetime, str, int]]:
+        """(hour, outcome, rollouts) of every environment together, from the hour of
+        ``since`` on: the fleet's counts, a row per hour and outcome."""
+        query = (sa_select(ROLLOUTS.c.hour, ROLLOUTS.c.outcome, func.sum(ROLLOUTS.c["count"]))
+                 .where(ROLLOUTS.c.hour >= hour_of(since))
+                 .group_by(ROLLOUTS.c.hour, ROLLOUTS.c.outcome)
+                 .order_by(ROLLOUTS.c.hour, ROLLOUTS.c.outcome))
+        with self._reading() as conn:
+            return [(hour, outcome, int(n)) for hour, outcome, n in conn.execute(query)]
+
+    def hold_rollout_hours(self, hours: Iterable[datetime], incident_id: int | None) -> None:
+        """Keep these hours' rollouts from the health model (an incident's); an hour held
+        already stays with its first incident."""
+        rows = [{"hour": hour_of(h), "incident_id": incident_id} for h in set(hours)]
+        if not rows:
+            return
+        stmt = self._upsert()(HELD_ROLLOUTS).on_conflict_do_nothing(index_elements=["hour"])
+        with self._transaction() as conn:
+            conn.execute(stmt, rows)
+
+    def held_rollout_hours(self, since: datetime | None = None) -> set[datetime]:
+        """The hours held (from the hour of ``since`` on; None: all)."""
+        query = sa_select(HELD_ROLLOUTS.c.hour)
+        if since is not None:
+            query = query.where(HELD_ROLLOUTS.c.hour >= hour_of(since))
         with self._reading() as conn:
             return {row[0] for row in conn.execute(query)}
 
@@ -239,13 +275,16 @@ class RolloutRecords(StoreAccess):
 
     def prune_rollouts(self, before: datetime, producers_before: datetime | None = None
                        ) -> int:
-        """Delete counter and unknown rows of hours before ``before``, and producers not heard
-        from since ``producers_before`` (default: ``before`` less a day); rows deleted."""
+        """Delete counter, unknown and held rows of hours before ``before``, and producers
+        not heard from since ``producers_before`` (default: ``before`` less a day); rows
+        deleted."""
         producers_before = producers_before or before - timedelta(days=1)
         with self._transaction() as conn:
             n = conn.execute(ROLLOUTS.delete().where(ROLLOUTS.c.hour < hour_of(before))).rowcount
             n += conn.execute(UNKNOWN_ROLLOUTS.delete().where(
                 UNKNOWN_ROLLOUTS.c.hour < hour_of(before))).rowcount
+            n += conn.execute(HELD_ROLLOUTS.delete().where(
+                HELD_ROLLOUTS.c.hour < hour_of(before))).rowcount
             n += conn.execute(PRODUCERS.delete().where(
                 PRODUCERS.c.updated_at < producers_before)).rowcount
         return int(n)

@@ -1,6 +1,6 @@
 """Rollout evidence: counters per environment, image digest, hour and outcome (never one row
-per rollout), each producer's sequence numbers already counted, and the unknown environments
-rollouts named."""
+per rollout), each producer's sequence numbers already counted, the unknown environments
+rollouts named, and the hours an incident held back from the health model."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from sqlmodel import Field, SQLModel
 from envcheck.core.rollouts import DURATION_NAMES
 from envcheck.store.tables.columns import UTCDateTime, now
 
-__all__ = ["ROLLOUT_COUNTERS", "ROLLOUT_KEY", "RolloutProducerRow", "RolloutUnknownRow",
-           "rollout_rollup"]
+__all__ = ["ROLLOUT_COUNTERS", "ROLLOUT_KEY", "RolloutHeldRow", "RolloutProducerRow",
+           "RolloutUnknownRow", "rollout_rollup"]
 
 # One row per environment, hour, image digest ('' for none: a key column cannot be NULL) and
 # outcome: a store's size per environment-hour is bounded by the outcomes and digests seen,
@@ -38,9 +38,13 @@ rollout_rollup = Table(
       for name in ROLLOUT_COUNTERS),
     Column("first_at", UTCDateTime, nullable=False),
     Column("last_at", UTCDateTime, nullable=False),
+    # when a batch last added to the row (not a rollout's time: a batch may arrive late)
+    Column("updated_at", UTCDateTime, nullable=False),
     PrimaryKeyConstraint(*ROLLOUT_KEY),
     # pruning by age, and the fleet's rates over the last hours
     Index("ix_rollout_rollup_hour", "hour"),
+    # the environments whose counters changed since the health model's last look
+    Index("ix_rollout_rollup_updated_at", "updated_at"),
 )
 
 
@@ -64,3 +68,14 @@ class RolloutUnknownRow(SQLModel, table=True):
     hour: datetime = Field(primary_key=True, sa_type=UTCDateTime)
     count: int = 0
     ids: list[str] = Field(default_factory=list, sa_type=JSON)
+
+
+class RolloutHeldRow(SQLModel, table=True):
+    """An hour whose rollouts an incident (many environments failing at once) keeps from the
+    health model, the fleet's rate included: their failures are the cluster's, not the
+    environments'."""
+
+    __tablename__ = "rollout_held"
+
+    hour: datetime = Field(primary_key=True, sa_type=UTCDateTime)
+    incident_id: int | None = None

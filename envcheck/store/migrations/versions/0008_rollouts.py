@@ -1,7 +1,8 @@
 """The training run's rollouts as evidence: counters per environment, hour, image digest and
 outcome (``rollout_rollup``), each producer's sequence numbers already counted
-(``rollout_producer``), rollouts of unknown environments per hour (``rollout_unknown``), and
-each environment's rollout evidence as last assessed (``env_state.rollouts``).
+(``rollout_producer``), rollouts of unknown environments per hour (``rollout_unknown``), the
+hours an incident held back (``rollout_held``), and each environment's rollout evidence as
+last assessed (``env_state.rollouts``).
 
 Revision ID: 0008
 Revises: 0007
@@ -42,9 +43,11 @@ def upgrade() -> None:
         *counters,
         sa.Column("first_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("env_id", "hour", "image_digest", "outcome"),
     )
     op.create_index("ix_rollout_rollup_hour", "rollout_rollup", ["hour"])
+    op.create_index("ix_rollout_rollup_updated_at", "rollout_rollup", ["updated_at"])
     op.create_table(
         "rollout_producer",
         sa.Column("producer", sa.String(), nullable=False),
@@ -60,6 +63,12 @@ def upgrade() -> None:
         sa.Column("ids", sa.JSON(), nullable=False),
         sa.PrimaryKeyConstraint("hour"),
     )
+    op.create_table(
+        "rollout_held",
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("incident_id", sa.Integer(), nullable=True),
+        sa.PrimaryKeyConstraint("hour"),
+    )
     with op.batch_alter_table("env_state") as batch:
         batch.add_column(sa.Column("rollouts", sa.JSON(), nullable=True))
 
@@ -67,8 +76,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("env_state") as batch:
         batch.drop_column("rollouts")
+    op.drop_table("rollout_held")
     op.drop_table("rollout_unknown")
     op.drop_index("ix_rollout_producer_updated_at", table_name="rollout_producer")
     op.drop_table("rollout_producer")
+    op.drop_index("ix_rollout_rollup_updated_at", table_name="rollout_rollup")
     op.drop_index("ix_rollout_rollup_hour", table_name="rollout_rollup")
     op.drop_table("rollout_rollup")

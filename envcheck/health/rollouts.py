@@ -1,0 +1,354 @@
+"""Rollout evidence: what the training run's rollouts say of one environment, from its hourly
+counters (``rollout_rollup`` rows). Pure (no I/O): the feed reads the counters and the stored
+state and asks here; the result is what ``env_state.rollouts`` keeps (:meth:`RolloutHealth.
+to_json`).
+
+- **Identity**: only the newest image digest counts (the digest of the newest counter row;
+  rollouts that named none are a digest of their own); a new digest starts fresh.
+- **Whose failure**: the environment's outcomes (:data:`~envcheck.core.rollouts.
+  ENVIRONMENT_OUTCOMES`) are failures, ``ok`` a pass; the trainer's (an agent's timeout) are
+  neither.
+- **The test**: Wald's SPRT on the failure rate, ``p0`` (a healthy environment's) against
+  ``p1``, with the error rates ``alpha`` and ``beta`` (:class:`~envcheck.health.sprt.
+  HealthPolicy`'s steps and bounds). Hours are taken in time order, each adding its failures'
+  and passes' steps at once (the order inside an hour is not kept), and the log-likelihood
+  ratio is bounded as :func:`~envcheck.health.sprt.assess_kind` bounds it: at the lower bound
+  while unflagged, so a long clean history does not mask new failures; at the upper once
+  flagged, so release needs the lower bound, not hours of penance. Nothing is flagged before
+  ``min_rollouts`` failures and passes are counted.
+- **The fleet**: "well above the fleet's own rate". The fleet's environment-failure rate over
+  the same hours, the environment's own rollouts left out, raises ``p0`` when it is higher,
+  and ``p1`` to at least ``fleet_factor`` times that: on a cluster whose sandboxes fail 3% of
+  the time everywhere, an environment is flagged only well above 3%.
+- **Notes**: ``never_solved`` (at least ``notes_after`` rewards, every one 0, while the tests
+  probe's oracle passes) and ``always_solved`` (every one 1). Rewards of rollouts that failed
+  the environment's way are not counted: their 0 is the failure's, not the policy's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from envcheck.core.results import Reason
+from envcheck.core.rollouts import ENVIRONMENT_OUTCOMES, Outcome
+from envcheck.core.states import EnvState
+from envcheck.health.sprt import HealthPolicy
+
+__all__ = ["ALWAYS_SOLVED", "CLUSTER_ONLY", "HERE_TOO", "NEVER_SOLVED", "NOTE_DOCS",
+           "CounterRow", "RewardStats", "RolloutHealth", "RolloutPolicy", "assess_rollouts",
+           "fleet_rate"]
+
+NEVER_SOLVED = "never_solved"
+ALWAYS_SOLVED = "always_solved"
+NOTE_DOCS = {
+    NEVER_SOLVED: "every one of many rewards was 0 while the tests probe's oracle passes: the "
+                  "task may be unsolvable for the policy, or its reward never reaches it",
+    ALWAYS_SOLVED: "every one of many rewards was 1: the verifier may accept anything (a "
+                   "reason to play the adversarial and verifier-strength controls now)",
+}
+# What the active probes said of a flagged environment (``confirmed``).
+HERE_TOO = "here_too"  # a probe fails here too: the environment is broken
+CLUSTER_ONLY = "cluster_only"  # every probe kind passed since the flag: a node or runtime issue
+
+P1_MAX = 0.95  # the fleet may raise p1 this far: a test needs p1 < 1
+_ENVIRONMENT = frozenset(str(o) for o in ENVIRONMENT_OUTCOMES)
+_OK = str(Outcome.OK)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPolicy:
+    """How rollout evidence is judged; the daemon's ``--rollout-*`` options."""
+
+    p0: float = 0.02  # a healthy environment's failure rate
+    p1: float = 0.08  # a failure rate worth flagging
+    alpha: float = 0.001  # per test: a fleet of thousands is tested every hour
+    beta: float = 0.01
+    min_rollouts: int = 30  # failures and passes counted before anything is flagged
+    fleet_factor: float = 3.0  # p1 is at least this multiple of the fleet's rate
+    window_h: float = 24.0  # hours of counters read
+    quarantine: bool = False  # a flagged environment is quarantined (flaky), not degraded
+    notes_after: int = 100  # rewards counted before a note is made
+
+    def __post_init__(self) -> None:
+        HealthPolicy(self.p0, self.p1, self.alpha, self.beta)  # the same rule: 0 < p0 < p1 < 1
+        if self.min_rollouts < 1 or self.notes_after < 1:
+            raise ValueError("need min_rollouts and notes_after of at least 1")
+        if not self.fleet_factor > 1 or not 0 < self.window_h <= 24 * 366:
+            raise ValueError("need fleet_factor above 1 and window_h above 0 (a year at most)")
+
+    def test(self, fleet: float | None) -> HealthPolicy | None:
+        """The SPRT for an environment beside a fleet failing at ``fleet`` (None: unknown);
+        None when the fleet fails so often nothing can be well above it."""
+        p0 = max(self.p0, fleet or 0.0)
+        p1 = min(max(self.p1, self.fleet_factor * p0), P1_MAX)
+        if not p0 < p1:
+            return None
+        return HealthPolicy(p0, p1, self.alpha, self.beta)
+
+
+class CounterRow(Protocol):
+    """One ``rollout_rollup`` row, as the health model reads it."""
+
+    @property
+    def hour(self) -> datetime: ...
+    @property
+    def image_digest(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def reward_n(self) -> int: ...
+    @property
+    def reward_sum(self) -> float: ...
+    @property
+    def reward_sq(self) -> float: ...
+    @property
+    def reward_zero(self) -> int: ...
+    @property
+    def reward_one(self) -> int: ...
+    @property
+    def first_at(self) -> datetime: ...
+    @property
+    def last_at(self) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RewardStats:
+    n: int
+    mean: float
+    std: float
+    zero_share: float
+    one_share: float
+
+    @classmethod
+    def of(cls, rows: Iterable[CounterRow]) -> RewardStats | None:
+        """Of the rows' rewards (None: no reward)."""
+        n = total = squares = zero = one = 0.0
+        for r in rows:
+            n, total, squares = n + r.reward_n, total + r.reward_sum, squares + r.reward_sq
+            zero, one = zero + r.reward_zero, one + r.reward_one
+        if not n:
+            return None
+        mean = total / n
+        return cls(int(n), mean, math.sqrt(max(squares / n - mean * mean, 0.0)), zero / n,
+                   one / n)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, "mean": round(self.mean, 6), "std": round(self.std, 6),
+                "zero_share": round(self.zero_share, 6), "one_share": round(self.one_share, 6)}
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutHealth:
+    """An environment's rollout evidence for its newest digest (``env_state.rollouts``)."""
+
+    state: EnvState  # unknown (too few), healthy, degraded or flaky (flagged)
+    flagged: bool
+    image_digest: str | None
+    rollouts: int  # every outcome, the trainer's included
+    env_failures: int
+    passes: int  # ``ok``
+    fleet_rate: float | None
+    llr: float
+    p0: float | None = None  # the test's rates, after the fleet's (None: no test)
+    p1: float | None = None
+    flagged_at: datetime | None = None
+    first_failure_at: datetime | None = None  # of the failures since the test last stood clean
+    window_start: datetime | None = None  # the first hour counted
+    notes: tuple[str, ...] = ()
+    notes_since: Mapping[str, datetime] = field(default_factory=dict)
+    confirmed: str | None = None  # HERE_TOO, CLUSTER_ONLY, None: not yet (or not flagged)
+    by_outcome: Mapping[str, int] = field(default_factory=dict)
+    reward: RewardStats | None = None
+
+    @property
+    def reason(self) -> str:
+        return str(Reason.ROLLOUT_FAILURES if self.flagged else Reason.OK)
+
+    @property
+    def failure_rate(self) -> float | None:
+        tested = self.env_failures + self.passes
+        return self.env_failures / tested if tested else None
+
+    @property
+    def detail(self) -> str:
+        tested = self.env_failures + self.passes
+        if self.state is EnvState.UNKNOWN and not self.flagged:
+            return f"{tested} rollouts judged: too few to judge"
+        rate = f"{self.env_failures / tested:.1%}" if tested else "-"
+        fleet = f", the fleet {self.fleet_rate:.1%}" if self.fleet_rate is not None else ""
+        failed = ", ".join(f"{o} {n}" for o, n in sorted(self.by_outcome.items())
+                           if o in _ENVIRONMENT and n)
+        text = (f"{self.env_failures} of {tested} rollouts failed the environment's way "
+                f"({rate}{fleet})" + (f": {failed}" if failed else ""))
+        if self.flagged and self.first_failure_at is not None:
+            text += f"; failing since {self.first_failure_at.isoformat(timespec='minutes')}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        rate = self.failure_rate
+        return {
+            "state": str(self.state), "flagged": self.flagged, "reason": self.reason,
+            "detail": self.detail, "image_digest": self.image_digest, "rollouts": self.rollouts,
+            "env_failures": self.env_failures, "passes": self.passes,
+            "failure_rate": round(rate, 6) if rate is not None else None,
+            "fleet_rate": round(self.fleet_rate, 6) if self.fleet_rate is not None else None,
+            "llr": round(self.llr, 4), "p0": _round(self.p0), "p1": _round(self.p1),
+            "flagged_at": _iso(self.flagged_at), "first_failure_at": _iso(self.first_failure_at),
+            "window_start": _iso(self.window_start), "notes": list(self.notes),
+            "notes_since": {k: v.isoformat() for k, v in self.notes_since.items()},
+            "confirmed": self.confirmed, "by_outcome": dict(self.by_outcome),
+            "reward": self.reward.to_json() if self.reward is not None else None}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RolloutHealth:
+        """Back from :meth:`to_json` (what the last assessment stored)."""
+        reward = doc.get("reward")
+        return cls(
+            EnvState(doc.get("state", "unknown")), bool(doc.get("flagged")),
+            doc.get("image_digest"), int(doc.get("rollouts") or 0),
+            int(doc.get("env_failures") or 0), int(doc.get("passes") or 0),
+            doc.get("fleet_rate"), float(doc.get("llr") or 0.0), doc.get("p0"), doc.get("p1"),
+            _at(doc.get("flagged_at")), _at(doc.get("first_failure_at")),
+            _at(doc.get("window_start")), tuple(doc.get("notes") or ()),
+            {k: at for k, v in (doc.get("notes_since") or {}).items()
+             if (at := _at(v)) is not None},
+            doc.get("confirmed"), dict(doc.get("by_outcome") or {}),
+            RewardStats(**reward) if isinstance(reward, Mapping) else None)
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _at(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _tested(rows: Iterable[CounterRow]) -> tuple[int, int]:
+    """(environment failures, passes) of the rows."""
+    failures = passes = 0
+    for r in rows:
+        if r.outcome in _ENVIRONMENT:
+            failures += r.count
+        elif r.outcome == _OK:
+            passes += r.count
+    return failures, passes
+
+
+def fleet_rate(totals: Iterable[tuple[datetime, str, int]], own: Iterable[CounterRow],
+               minimum: int) -> float | None:
+    """The fleet's environment-failure rate over ``totals`` ((hour, outcome, count) of every
+    environment), ``own`` rows left out; None over fewer than ``minimum`` failures and passes."""
+    failures = passes = 0
+    for _, outcome, count in totals:
+        if outcome in _ENVIRONMENT:
+            failures += count
+        elif outcome == _OK:
+            passes += count
+    mine = _tested(own)
+    failures, passes = failures - mine[0], passes - mine[1]
+    if failures + passes < max(minimum, 1):
+        return None
+    return max(failures, 0) / (failures + passes)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """The bounded SPRT, walked hour by hour."""
+
+    test: HealthPolicy
+    min_rollouts: int
+    llr: float = 0.0
+    flagged: bool = False
+    tested: int = 0
+    flagged_at: datetime | None = None
+    first_failure_at: datetime | None = None
+
+    def hour(self, rows: Sequence[CounterRow]) -> None:
+        failures, passes = _tested(rows)
+        if failures and self.first_failure_at is None:
+            self.first_failure_at = min(r.first_at for r in rows if r.outcome in _ENVIRONMENT)
+        self.tested += failures + passes
+        self.llr += failures * self.test.fail_step + passes * self.test.pass_step
+        if not self.flagged and self.llr >= self.test.upper and self.tested >= self.min_rollouts:
+            # decided: a fresh test must now prove the release
+            self.flagged, self.llr = True, 0.0
+            self.flagged_at = max(r.last_at for r in rows)
+        elif self.flagged and self.llr <= self.test.lower:
+            self.flagged, self.llr, self.flagged_at, self.first_failure_at = (False, 0.0, None,
+                                                                               None)
+        self.llr = min(self.llr, self.test.upper) if self.flagged else max(self.llr,
+                                                                           self.test.lower)
+        if not self.flagged and self.llr <= self.test.lower:
+            self.first_failure_at = None  # the test stands clean: earlier failures are past
+
+
+def assess_rollouts(rows: Iterable[CounterRow], policy: RolloutPolicy, *,
+                    fleet: float | None, now: datetime, previous: RolloutHealth | None = None,
+                    oracle_passes: bool = False) -> RolloutHealth | None:
+    """An environment's rollout evidence from its counter rows over the window (any order;
+    held hours already left out); None without a row. ``fleet``: the rest of the fleet's
+    rate; ``previous``: what the last assessment said (a flag keeps its start, a note its
+    first time); ``oracle_passes``: the tests probe's oracle passes (for ``never_solved``)."""
+    rows = list(rows)
+    if not rows:
+        return None
+    newest = max(rows, key=lambda r: (r.last_at, r.hour))
+    digest = newest.image_digest
+    current = sorted((r for r in rows if r.image_digest == digest), key=lambda r: r.hour)
+    by_hour: dict[datetime, list[CounterRow]] = {}
+    for r in current:
+        by_hour.setdefault(r.hour, []).append(r)
+    test = policy.test(fleet)
+    walk = _Walk(test, policy.min_rollouts) if test is not None else None
+    if walk is not None:
+        for hour_rows in by_hour.values():
+            walk.hour(hour_rows)
+    failures, passes = _tested(current)
+    by_outcome: dict[str, int] = {}
+    for r in current:
+        by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + r.count
+    flagged = walk is not None and walk.flagged
+    same = (previous is not None and previous.image_digest == (digest or None))
+    flagged_at = walk.flagged_at if walk is not None else None
+    first_failure_at = walk.first_failure_at if walk is not None else None
+    if flagged and same and previous is not None and previous.flagged:
+        # the flag stands since it was first raised, however the current hour grows
+        flagged_at = previous.flagged_at or flagged_at
+        first_failure_at = previous.first_failure_at or first_failure_at
+    trusted = RewardStats.of(r for r in current if r.outcome not in _ENVIRONMENT)
+    notes = _notes(trusted, policy, oracle_passes)
+    kept = previous.notes_since if same and previous is not None else {}
+    if flagged:
+        state = EnvState.FLAKY if policy.quarantine else EnvState.DEGRADED
+    else:
+        state = EnvState.HEALTHY if failures + passes >= policy.min_rollouts else EnvState.UNKNOWN
+    return RolloutHealth(
+        state, flagged, digest or None, sum(by_outcome.values()), failures, passes, fleet,
+        walk.llr if walk is not None else 0.0, test.p0 if test else None,
+        test.p1 if test else None, flagged_at if flagged else None, first_failure_at,
+        current[0].hour, notes, {n: kept.get(n, now) for n in notes}, None, by_outcome, trusted)
+
+
+def _notes(reward: RewardStats | None, policy: RolloutPolicy, oracle_passes: bool
+           ) -> tuple[str, ...]:
+    if reward is None or reward.n < policy.notes_after:
+        return ()
+    if reward.zero_share == 1.0 and oracle_passes:
+        return (NEVER_SOLVED,)
+    if reward.one_share == 1.0:
+        return (ALWAYS_SOLVED,)
+    return ()
