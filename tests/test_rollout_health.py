@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from envcheck.catalogue.models import Environment
+from envcheck.catalogue.probe_specs import AdaptiveDepth
 from envcheck.core.depth import Depth
 from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import EnvState, Observation
@@ -28,7 +30,8 @@ from envcheck.health.rollouts import (
     fleet_rate,
 )
 from envcheck.health.sprt import HealthPolicy, KindHealth, assess_env
-from envcheck.catalogue.probe_specs import AdaptiveDepth
+from envcheck.schedule.budget import NORMAL, QUARANTINED, URGENT, worth
+from envcheck.schedule.workqueue import WorkQueue
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 POLICY = RolloutPolicy()
@@ -138,8 +141,8 @@ def test_no_flag_at_the_fleets_own_rate() -> None:
     rate is not flagged beside it (p0 rises to the fleet's rate), though by the policy's
     own 2% it would be; at three times the fleet's rate it is."""
     rng = random.Random(5)
-    at_fleet = [r for i in range(24) for r in hour_rows(
-        i, *(lambda f: (500 - f, f))(sum(rng.random() < 0.05 for _ in range(500))))]
+    failed = [sum(rng.random() < 0.05 for _ in range(500)) for _ in range(24)]
+    at_fleet = [r for i, f in enumerate(failed) for r in hour_rows(i, 500 - f, f)]
     beside = judge(at_fleet, fleet=0.05)
     assert not beside.flagged and beside.state is EnvState.HEALTHY
     assert (beside.p0, beside.p1) == (pytest.approx(0.05), pytest.approx(0.15))
@@ -350,3 +353,31 @@ def test_the_tests_probe_validates_in_full_while_flagged() -> None:
                          "full_at": NOW - timedelta(hours=1)})
     assert advise(settings, done, quarantined=False, now=NOW, rollouts=solved).depth \
         is Depth.LIGHT, "once a full validation followed the note, light again"
+
+
+def test_urgent_work_goes_first_and_queued_work_is_promoted_in_place() -> None:
+    assert worth(new=True, stale=True, suspect=True, quarantined=True, urgent=True) == URGENT
+    assert worth(new=True, stale=False, suspect=False, quarantined=False) > URGENT
+    envs = {e: Environment(id=e, image=f"img-{e}", suite="s") for e in "abcd"}
+    queue = WorkQueue(per_image=1)
+    for i, env_id in enumerate("abc"):
+        assert queue.put(NORMAL, float(i), env_id, ProbeKind.TERMINAL)
+    assert queue.put(QUARANTINED, 0.0, "d", ProbeKind.TERMINAL)
+    assert queue.promote(("d", ProbeKind.TERMINAL), URGENT)
+    assert not queue.promote(("a", ProbeKind.TESTS), URGENT), "not queued"
+    taken = queue.take(envs.get)
+    assert taken is not None and taken[0].key == ("d", ProbeKind.TERMINAL)
+    assert not queue.promote(("d", ProbeKind.TERMINAL), URGENT), "running: not queued"
+    # waiting for its image, or for the budget: promoted all the same
+    assert queue.put(NORMAL, 9.0, "d", ProbeKind.TESTS)
+    assert queue.take(envs.get, lambda w, e: e.id != "a") is not None  # b runs, a deferred
+    assert queue.take(envs.get, lambda w, e: e.id != "a") is not None  # c runs
+    assert queue.take(envs.get) is None, "d's tests wait for its image, a for the budget"
+    assert queue.promote(("d", ProbeKind.TESTS), URGENT)
+    assert queue.promote(("a", ProbeKind.TERMINAL), URGENT)
+    assert queue.put(NORMAL, 0.0, "e", ProbeKind.TERMINAL)  # routine work, due first
+    envs["e"] = Environment(id="e", image="img-e", suite="s")
+    queue.done(*taken)  # d's image is free
+    order = [queue.take(envs.get) for _ in range(3)]
+    assert [t[0].key for t in order if t is not None] == [
+        ("a", ProbeKind.TERMINAL), ("d", ProbeKind.TESTS), ("e", ProbeKind.TERMINAL)]

@@ -8,11 +8,11 @@ the pooled rate of every other environment), and writes their states through the
 rule (:func:`envcheck.feed.assess.evaluate`).
 
 **Many environments failing at once** is the cluster's failure, not theirs: when, of the
-environments the look judges that were fine an hour ago, at least ``InfraGuard``'s share
-(and number) fail the base test (the policy's own rates, not the fleet's: the fleet's rate
-rises with a storm) at once, the look records an incident (``rollout_storm``) and holds the
-hours of their failures back from the health model, the fleet's rate included: no state
-moves. Later hours are judged as usual.
+environments the look judges that were fine an hour ago (``STORM_SPAN``), at least
+``InfraGuard``'s share (and number) fail the base test (the policy's own rates, not the
+fleet's: the fleet's rate rises with a storm) at once, the look records an incident
+(``rollout_storm``) and holds the hours of their failures back from the health model, the
+fleet's rate included: no state moves. Later hours are judged as usual.
 
 What a look flagged anew, and what it newly noted ``always_solved``, is what it returns: the
 daemon probes those environments now, ahead of the queue.
@@ -137,7 +137,7 @@ class RolloutLooks:
         if not ids:
             return LookOutcome()
         view = RolloutView.read(self._store, ids, self.policy, now)
-        incident = self._storm(view, sorted(changed), now)
+        incident = self._storm(view, sorted(changed | (self._flagged & envs.keys())), now)
         if incident is not None:
             view = view.without(incident[1])
         flagged: list[str] = []
@@ -172,14 +172,16 @@ class RolloutLooks:
                 found[row.env_id] = stored_rollouts(row)
         return found
 
-    def _storm(self, view: RolloutView, changed: Sequence[str], now: datetime
+    def _storm(self, view: RolloutView, judged: Sequence[str], now: datetime
                ) -> tuple[tuple[str, int, int, str], set[datetime]] | None:
-        """Many of the changed environments failing at once: the incident, recorded, and
-        the hours held back."""
-        if len(changed) < self._guard.min_results:
+        """Many of the environments judged (those changed, those flagged) failing at once:
+        the incident, recorded, and the hours held back. Those flagged within the storm's
+        span count as fine before it: a storm whose batches came over several looks is
+        found at the look that completes it, and the flags it raised meanwhile fall."""
+        if len(judged) < self._guard.min_results:
             return None
-        before = self._before(changed)
-        fine = [e for e in changed if (old := before.get(e)) is None or not old.flagged
+        before = self._before(judged)
+        fine = [e for e in judged if (old := before.get(e)) is None or not old.flagged
                 or (old.flagged_at is not None and old.flagged_at >= now - STORM_SPAN)]
         if len(fine) < self._guard.min_results:
             return None
