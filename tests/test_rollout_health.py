@@ -207,6 +207,31 @@ def test_release_needs_the_lower_bound_and_a_flag_keeps_its_start() -> None:
     assert released.state is EnvState.HEALTHY
 
 
+def test_each_settled_hour_is_taken_once_however_many_looks_read_it() -> None:
+    """Looks every hour over a sliding 24-hour window, each going on from the last, walk
+    the test as one walk over every hour would: no hour twice, none forgotten when it leaves
+    the window; a late batch for a settled hour is counted but not tested again."""
+    rng = random.Random(3)
+    hours = [hour_rows(i, 20 - f, f) for i, f in
+             enumerate(int(rng.random() < 0.1) for _ in range(60))]
+    previous = None
+    for i in range(60):
+        window = [r for h in hours[max(0, i - 23):i + 1] for r in h]
+        previous = judge(window, now=T0 + timedelta(hours=i + 1), previous=previous)
+    assert previous is not None and previous.walk is not None
+    everything = judge([r for h in hours for r in h], now=T0 + timedelta(hours=61))
+    assert everything.walk is not None
+    # the looks' walk settled all but the last hour (it ends within the settling hour)
+    assert previous.walk.through == T0 + timedelta(hours=58)
+    assert previous.llr == pytest.approx(everything.llr)
+    late = hour_rows(50, 0, 30)  # 30 failures of a settled hour, sent late
+    window = [r for h in hours[37:] for r in h] + late
+    again = judge(window, now=T0 + timedelta(hours=61), previous=previous)
+    assert again.env_failures == previous.env_failures + 30
+    assert not again.flagged and again.walk is not None
+    assert again.walk.llr == pytest.approx(everything.walk.llr)
+
+
 def test_a_flag_is_quarantine_when_the_setting_says_so() -> None:
     rows = hour_rows(0, 30, 30)
     assert judge(rows).state is EnvState.DEGRADED

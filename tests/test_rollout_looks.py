@@ -5,8 +5,11 @@ one rule (no engine: the probes' results are recorded as a probe would)."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,7 @@ from envcheck.feed.rollouts import STORM_KIND, RolloutLooks
 from envcheck.health.rollouts import ALWAYS_SOLVED, RolloutPolicy
 from envcheck.store import Store, open_store
 from envcheck.store.rollouts import hour_of
+from tests.conftest import DEMO, envcheck_cmd
 
 SEQ = itertools.count()
 
@@ -185,3 +189,24 @@ def test_a_late_batch_and_always_solved(store: Store, envs: dict[str, Environmen
     assert looks.look(envs).always_solved == (), "noted once"
     assert store.env_state(CLEAN[0]).state == "unknown"  # type: ignore[union-attr]
     assert ProbeKind.TESTS in envs[CLEAN[0]].declared_kinds()
+
+
+# --- the daemon's options ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "env", "words"), [
+    (["--rollout-p0", "0.2", "--rollout-p1", "0.1"], {}, "need 0 < p0 < p1 < 1"),
+    ([], {"ENVCHECK_ROLLOUT_FLEET_FACTOR": "1"}, "need fleet_factor above 1"),
+    (["--rollout-min", "0"], {}, "need min_rollouts of at least 1"),
+    ([], {"ENVCHECK_ROLLOUT_WINDOW": "0"}, "need window_h above 0"),
+])
+def test_bad_rollout_rates_stop_the_daemon_before_it_starts(
+        tmp_path: Path, args: list[str], env: dict[str, str], words: str) -> None:
+    run = subprocess.run([*envcheck_cmd(), "daemon", str(DEMO), *args],
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env={**os.environ, "ENVCHECK_DATA_DIR": str(tmp_path),
+                              "COLUMNS": "200", **env})
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"--rollout-*: {words}" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "envcheck.db").exists(), "nothing started"

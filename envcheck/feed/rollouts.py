@@ -21,7 +21,7 @@ daemon probes those environments now, ahead of the queue.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -67,6 +67,7 @@ class RolloutView:
     now: datetime
     rows: Mapping[str, list[Any]] = field(default_factory=dict)
     totals: list[tuple[datetime, str, int]] = field(default_factory=list)
+    held_now: frozenset[datetime] = frozenset()  # held by this look: walks may hold them
 
     @classmethod
     def read(cls, store: Store, env_ids: Collection[str], policy: RolloutPolicy,
@@ -84,7 +85,8 @@ class RolloutView:
         return RolloutView(self.policy, self.now,
                            {e: [r for r in rows if r.hour not in hours]
                             for e, rows in self.rows.items()},
-                           [t for t in self.totals if t[0] not in hours])
+                           [t for t in self.totals if t[0] not in hours],
+                           self.held_now | frozenset(hours))
 
     def assess(self, env_id: str, previous: RolloutHealth | None, *,
                oracle_passes: bool = False, beside_fleet: bool = True) -> RolloutHealth | None:
@@ -92,6 +94,10 @@ class RolloutView:
         rows = self.rows.get(env_id, [])
         fleet = fleet_rate(self.totals, rows, self.policy.min_rollouts) if beside_fleet \
             else None
+        if previous is not None and previous.walk is not None and any(
+                previous.walk.through is not None and hour <= previous.walk.through
+                for hour in self.held_now):
+            previous = replace(previous, walk=None)  # its test took hours held now: anew
         return assess_rollouts(rows, self.policy, fleet=fleet, now=self.now,
                                previous=previous, oracle_passes=oracle_passes)
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from envcheck.core.results import Reason
@@ -39,8 +39,8 @@ from envcheck.core.states import EnvState
 from envcheck.health.sprt import HealthPolicy
 
 __all__ = ["ALWAYS_SOLVED", "CLUSTER_ONLY", "HERE_TOO", "NEVER_SOLVED", "NOTE_DOCS",
-           "CounterRow", "RewardStats", "RolloutHealth", "RolloutPolicy", "assess_rollouts",
-           "fleet_rate"]
+           "CounterRow", "RewardStats", "RolloutHealth", "RolloutPolicy", "Walk",
+           "assess_rollouts", "fleet_rate"]
 
 NEVER_SOLVED = "never_solved"
 ALWAYS_SOLVED = "always_solved"
@@ -55,6 +55,7 @@ HERE_TOO = "here_too"  # a probe fails here too: the environment is broken
 CLUSTER_ONLY = "cluster_only"  # every probe kind passed since the flag: a node or runtime issue
 
 P1_MAX = 0.95  # the fleet may raise p1 this far: a test needs p1 < 1
+SETTLE = timedelta(hours=1)  # an hour is taken for good this long after it ended
 _ENVIRONMENT = frozenset(str(o) for o in ENVIRONMENT_OUTCOMES)
 _OK = str(Outcome.OK)
 
@@ -74,11 +75,16 @@ class RolloutPolicy:
     notes_after: int = 100  # rewards counted before a note is made
 
     def __post_init__(self) -> None:
-        HealthPolicy(self.p0, self.p1, self.alpha, self.beta)  # the same rule: 0 < p0 < p1 < 1
-        if self.min_rollouts < 1 or self.notes_after < 1:
-            raise ValueError("need min_rollouts and notes_after of at least 1")
-        if not self.fleet_factor > 1 or not 0 < self.window_h <= 24 * 366:
-            raise ValueError("need fleet_factor above 1 and window_h above 0 (a year at most)")
+        checks = ((0 < self.p0 < self.p1 < 1, f"need 0 < p0 < p1 < 1 (p0 {self.p0:g}, "
+                   f"p1 {self.p1:g})"),
+                  (0 < self.alpha < 1 and 0 < self.beta < 1, "need 0 < alpha, beta < 1"),
+                  (self.min_rollouts >= 1, "need min_rollouts of at least 1"),
+                  (self.notes_after >= 1, "need notes_after of at least 1"),
+                  (self.fleet_factor > 1, "need fleet_factor above 1"),
+                  (0 < self.window_h <= 24 * 366, "need window_h above 0 (a year at most)"))
+        problems = [why for ok, why in checks if not ok]
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def test(self, fleet: float | None) -> HealthPolicy | None:
         """The SPRT for an environment beside a fleet failing at ``fleet`` (None: unknown);
@@ -165,6 +171,7 @@ class RolloutHealth:
     confirmed: str | None = None  # HERE_TOO, CLUSTER_ONLY, None: not yet (or not flagged)
     by_outcome: Mapping[str, int] = field(default_factory=dict)
     reward: RewardStats | None = None
+    walk: Walk | None = None  # the test as of the hours settled: where the next look goes on
 
     @property
     def reason(self) -> str:
@@ -203,12 +210,13 @@ class RolloutHealth:
             "window_start": _iso(self.window_start), "notes": list(self.notes),
             "notes_since": {k: v.isoformat() for k, v in self.notes_since.items()},
             "confirmed": self.confirmed, "by_outcome": dict(self.by_outcome),
-            "reward": self.reward.to_json() if self.reward is not None else None}
+            "reward": self.reward.to_json() if self.reward is not None else None,
+            "walk": self.walk.to_json() if self.walk is not None else None}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RolloutHealth:
         """Back from :meth:`to_json` (what the last assessment stored)."""
-        reward = doc.get("reward")
+        reward, walk = doc.get("reward"), doc.get("walk")
         return cls(
             EnvState(doc.get("state", "unknown")), bool(doc.get("flagged")),
             doc.get("image_digest"), int(doc.get("rollouts") or 0),
@@ -219,7 +227,8 @@ class RolloutHealth:
             {k: at for k, v in (doc.get("notes_since") or {}).items()
              if (at := _at(v)) is not None},
             doc.get("confirmed"), dict(doc.get("by_outcome") or {}),
-            RewardStats(**reward) if isinstance(reward, Mapping) else None)
+            RewardStats(**reward) if isinstance(reward, Mapping) else None,
+            Walk.from_json(walk) if isinstance(walk, Mapping) else None)
 
 
 def _round(value: float | None) -> float | None:
@@ -265,35 +274,50 @@ def fleet_rate(totals: Iterable[tuple[datetime, str, int]], own: Iterable[Counte
     return max(failures, 0) / (failures + passes)
 
 
-@dataclass(slots=True)
-class _Walk:
-    """The bounded SPRT, walked hour by hour."""
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """The bounded SPRT's state after the hours it has taken (``through``, the last): what a
+    look carries to the next, so each hour counts once however many looks read it."""
 
-    test: HealthPolicy
-    min_rollouts: int
     llr: float = 0.0
     flagged: bool = False
-    tested: int = 0
+    tested: int = 0  # failures and passes taken since the test began
+    through: datetime | None = None
     flagged_at: datetime | None = None
-    first_failure_at: datetime | None = None
+    first_failure_at: datetime | None = None  # of the failures since it last stood clean
 
-    def hour(self, rows: Sequence[CounterRow]) -> None:
+    def step(self, hour: datetime, rows: Sequence[CounterRow], test: HealthPolicy | None,
+             min_rollouts: int) -> Walk:
+        """After one more hour's counters (``test`` None: nothing can be judged)."""
         failures, passes = _tested(rows)
-        if failures and self.first_failure_at is None:
-            self.first_failure_at = min(r.first_at for r in rows if r.outcome in _ENVIRONMENT)
-        self.tested += failures + passes
-        self.llr += failures * self.test.fail_step + passes * self.test.pass_step
-        if not self.flagged and self.llr >= self.test.upper and self.tested >= self.min_rollouts:
+        first = self.first_failure_at
+        if failures and first is None:
+            first = min(r.first_at for r in rows if r.outcome in _ENVIRONMENT)
+        if test is None:
+            return replace(self, through=hour, first_failure_at=first)
+        tested = self.tested + failures + passes
+        llr = self.llr + failures * test.fail_step + passes * test.pass_step
+        flagged, flagged_at = self.flagged, self.flagged_at
+        if not flagged and llr >= test.upper and tested >= min_rollouts:
             # decided: a fresh test must now prove the release
-            self.flagged, self.llr = True, 0.0
-            self.flagged_at = max(r.last_at for r in rows)
-        elif self.flagged and self.llr <= self.test.lower:
-            self.flagged, self.llr, self.flagged_at, self.first_failure_at = (False, 0.0, None,
-                                                                               None)
-        self.llr = min(self.llr, self.test.upper) if self.flagged else max(self.llr,
-                                                                           self.test.lower)
-        if not self.flagged and self.llr <= self.test.lower:
-            self.first_failure_at = None  # the test stands clean: earlier failures are past
+            flagged, llr, flagged_at = True, 0.0, max(r.last_at for r in rows)
+        elif flagged and llr <= test.lower:
+            flagged, llr, flagged_at, first = False, 0.0, None, None
+        llr = min(llr, test.upper) if flagged else max(llr, test.lower)
+        if not flagged and llr <= test.lower:
+            first = None  # the test stands clean: earlier failures are past
+        return Walk(llr, flagged, tested, hour, flagged_at, first)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"llr": round(self.llr, 6), "flagged": self.flagged, "tested": self.tested,
+                "through": _iso(self.through), "flagged_at": _iso(self.flagged_at),
+                "first_failure_at": _iso(self.first_failure_at)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Walk:
+        return cls(float(doc.get("llr") or 0.0), bool(doc.get("flagged")),
+                   int(doc.get("tested") or 0), _at(doc.get("through")),
+                   _at(doc.get("flagged_at")), _at(doc.get("first_failure_at")))
 
 
 def assess_rollouts(rows: Iterable[CounterRow], policy: RolloutPolicy, *,
@@ -301,8 +325,13 @@ def assess_rollouts(rows: Iterable[CounterRow], policy: RolloutPolicy, *,
                     oracle_passes: bool = False) -> RolloutHealth | None:
     """An environment's rollout evidence from its counter rows over the window (any order;
     held hours already left out); None without a row. ``fleet``: the rest of the fleet's
-    rate; ``previous``: what the last assessment said (a flag keeps its start, a note its
-    first time); ``oracle_passes``: the tests probe's oracle passes (for ``never_solved``)."""
+    rate; ``previous``: what the last assessment said (its test goes on from the hours it
+    settled; a flag keeps its start, a note its first time); ``oracle_passes``: the tests
+    probe's oracle passes (for ``never_solved``).
+
+    Hours settle an hour after they end (a batch may come late): the test takes a settled
+    hour once, into the state carried to the next look; the hours after it are walked on
+    top of that state, anew at every look, and only they can change with a late batch."""
     rows = list(rows)
     if not rows:
         return None
@@ -312,35 +341,40 @@ def assess_rollouts(rows: Iterable[CounterRow], policy: RolloutPolicy, *,
     by_hour: dict[datetime, list[CounterRow]] = {}
     for r in current:
         by_hour.setdefault(r.hour, []).append(r)
+    same = previous is not None and previous.image_digest == (digest or None)
     test = policy.test(fleet)
-    walk = _Walk(test, policy.min_rollouts) if test is not None else None
-    if walk is not None:
-        for hour_rows in by_hour.values():
-            walk.hour(hour_rows)
+    settled_before = now.replace(minute=0, second=0, microsecond=0) - SETTLE
+    carried = previous.walk if same and previous is not None and previous.walk else Walk()
+    walk = settled = carried
+    for hour, hour_rows in by_hour.items():
+        if carried.through is not None and hour <= carried.through:
+            continue  # taken by an earlier look
+        walk = walk.step(hour, hour_rows, test, policy.min_rollouts)
+        if hour < settled_before:
+            settled = walk
     failures, passes = _tested(current)
     by_outcome: dict[str, int] = {}
     for r in current:
         by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + r.count
-    flagged = walk is not None and walk.flagged
-    same = (previous is not None and previous.image_digest == (digest or None))
-    flagged_at = walk.flagged_at if walk is not None else None
-    first_failure_at = walk.first_failure_at if walk is not None else None
-    if flagged and same and previous is not None and previous.flagged:
+    if walk.flagged and same and previous is not None and previous.flagged:
         # the flag stands since it was first raised, however the current hour grows
-        flagged_at = previous.flagged_at or flagged_at
-        first_failure_at = previous.first_failure_at or first_failure_at
+        since = previous.flagged_at or walk.flagged_at
+        first = previous.first_failure_at or walk.first_failure_at
+        walk = replace(walk, flagged_at=since, first_failure_at=first)
+        if settled.flagged:
+            settled = replace(settled, flagged_at=since, first_failure_at=first)
     trusted = RewardStats.of(r for r in current if r.outcome not in _ENVIRONMENT)
     notes = _notes(trusted, policy, oracle_passes)
-    kept = previous.notes_since if same and previous is not None else {}
-    if flagged:
+    noted = previous.notes_since if same and previous is not None else {}
+    if walk.flagged:
         state = EnvState.FLAKY if policy.quarantine else EnvState.DEGRADED
     else:
         state = EnvState.HEALTHY if failures + passes >= policy.min_rollouts else EnvState.UNKNOWN
     return RolloutHealth(
-        state, flagged, digest or None, sum(by_outcome.values()), failures, passes, fleet,
-        walk.llr if walk is not None else 0.0, test.p0 if test else None,
-        test.p1 if test else None, flagged_at if flagged else None, first_failure_at,
-        current[0].hour, notes, {n: kept.get(n, now) for n in notes}, None, by_outcome, trusted)
+        state, walk.flagged, digest or None, sum(by_outcome.values()), failures, passes, fleet,
+        walk.llr, test.p0 if test else None, test.p1 if test else None, walk.flagged_at,
+        walk.first_failure_at, current[0].hour, notes, {n: noted.get(n, now) for n in notes},
+        None, by_outcome, trusted, settled)
 
 
 def _notes(reward: RewardStats | None, policy: RolloutPolicy, oracle_passes: bool
