@@ -27,30 +27,14 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from envcheck.health.rollouts import RolloutHealth, RolloutPolicy, assess_rollouts
+from envcheck.health.rollouts import HourCounts, RolloutHealth, RolloutPolicy, assess_rollouts
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = RolloutPolicy()
 WINDOW = int(POLICY.window_h)
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    hour: datetime
-    outcome: str
-    count: int
-    first_at: datetime
-    last_at: datetime
-    image_digest: str = "sha256:a"
-    reward_n: int = 0
-    reward_sum: float = 0.0
-    reward_sq: float = 0.0
-    reward_zero: int = 0
-    reward_one: int = 0
 
 
 def binomial(rng: random.Random, n: int, p: float) -> int:
@@ -65,18 +49,17 @@ def binomial(rng: random.Random, n: int, p: float) -> int:
         count += 1
 
 
-def hour(i: int, n: int, failed: int) -> list[Row]:
+def hour(i: int, n: int, failed: int) -> list[HourCounts]:
     at = T0 + timedelta(hours=i)
-    end = at + timedelta(minutes=59)
-    rows = [Row(at, "ok", n - failed, at, end)] if n > failed else []
-    return rows + ([Row(at, "sandbox_lost", failed, at, end)] if failed else [])
+    rows = [HourCounts.of(at, "ok", n - failed)] if n > failed else []
+    return rows + ([HourCounts.of(at, "sandbox_lost", failed)] if failed else [])
 
 
 def looks(rng: random.Random, n: int, p: float, hours: int, clean_hours: int = 0,
           fleet: float | None = None) -> int | None:
     """Hourly looks over a 24-hour window; the hour (after ``clean_hours`` clean ones) whose
     look first flags, or None."""
-    rows: list[list[Row]] = []
+    rows: list[list[HourCounts]] = []
     previous: RolloutHealth | None = None
     for i in range(clean_hours + hours):
         rows.append(hour(i, n, 0 if i < clean_hours else binomial(rng, n, p)))

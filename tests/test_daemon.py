@@ -42,8 +42,13 @@ SLOW = ("demo-slow-shell", "envcheck-demo/slow-shell:latest")  # ~8 s per probe
 HTTP_TIMEOUT_S = 10.0
 
 
-def write_catalogue(path: Path, envs: list[tuple[str, str]], extra: str = "") -> None:
-    body = "\n".join(f"      - {{ id: {env_id}, image: '{image}' }}" for env_id, image in envs)
+def write_catalogue(path: Path, envs: list[tuple[str, str]], extra: str = "",
+                    fields: dict[str, str] | None = None) -> None:
+    """``envs`` (id, image) in a suite probing terminals every 2 s; ``fields``: more of an
+    environment's fields, by id, in YAML's flow style (``tests: {...}``)."""
+    more = {env_id: f", {text}" for env_id, text in (fields or {}).items()}
+    body = "\n".join(f"      - {{ id: {env_id}, image: '{image}'{more.get(env_id, '')} }}"
+                     for env_id, image in envs)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"""version: 1
 suites:

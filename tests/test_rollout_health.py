@@ -6,7 +6,6 @@ fakes."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,6 +23,7 @@ from envcheck.health.rollouts import (
     CLUSTER_ONLY,
     HERE_TOO,
     NEVER_SOLVED,
+    HourCounts,
     RolloutHealth,
     RolloutPolicy,
     assess_rollouts,
@@ -38,42 +38,19 @@ POLICY = RolloutPolicy()
 NOW = T0 + timedelta(days=30)
 
 
-@dataclass(frozen=True)
-class Row:
-    """A ``rollout_rollup`` row as the health model reads it."""
-
-    hour: datetime
-    outcome: str
-    count: int
-    image_digest: str = "sha256:a"
-    reward_n: int = 0
-    reward_sum: float = 0.0
-    reward_sq: float = 0.0
-    reward_zero: int = 0
-    reward_one: int = 0
-    first_at: datetime = field(default=T0)
-    last_at: datetime = field(default=T0)
-
-
 def hour_rows(i: int, ok: int, failed: int = 0, *, outcome: str = "sandbox_lost",
-              digest: str = "sha256:a", start: datetime = T0) -> list[Row]:
+              digest: str = "sha256:a", start: datetime = T0) -> list[HourCounts]:
     """Hour ``i``'s rows: ``ok`` passes and ``failed`` failures of ``outcome``."""
     hour = start + timedelta(hours=i)
-    at = {"first_at": hour + timedelta(minutes=1), "last_at": hour + timedelta(minutes=59)}
-    rows = [Row(hour, "ok", ok, digest, **at)] if ok else []
-    if failed:
-        rows.append(Row(hour, outcome, failed, digest, **at))
-    return rows
+    rows = [HourCounts.of(hour, "ok", ok, digest)] if ok else []
+    return rows + ([HourCounts.of(hour, outcome, failed, digest)] if failed else [])
 
 
-def rewards(hour: datetime, outcome: str, values: list[float]) -> Row:
-    return Row(hour, outcome, len(values), reward_n=len(values), reward_sum=sum(values),
-               reward_sq=sum(v * v for v in values),
-               reward_zero=sum(v == 0 for v in values),
-               reward_one=sum(v == 1 for v in values), first_at=hour, last_at=hour)
+def rewards(hour: datetime, outcome: str, values: list[float]) -> HourCounts:
+    return HourCounts.of(hour, outcome, len(values), "sha256:a", values)
 
 
-def judge(rows: list[Row], **kw: object) -> RolloutHealth:
+def judge(rows: list[HourCounts], **kw: object) -> RolloutHealth:
     kw.setdefault("fleet", None)
     kw.setdefault("now", NOW)
     found = assess_rollouts(rows, kw.pop("policy", POLICY), **kw)  # type: ignore[arg-type]
@@ -81,9 +58,9 @@ def judge(rows: list[Row], **kw: object) -> RolloutHealth:
     return found
 
 
-def rollouts_to_flag(hours: list[list[Row]], policy: RolloutPolicy = POLICY) -> int | None:
+def rollouts_to_flag(hours: list[list[HourCounts]], policy: RolloutPolicy = POLICY) -> int | None:
     """How many rollouts were judged when the test first flagged, hour by hour."""
-    seen: list[Row] = []
+    seen: list[HourCounts] = []
     for rows in hours:
         seen += rows
         if judge(seen, policy=policy).flagged:
@@ -161,12 +138,13 @@ def test_the_fleets_rate_leaves_the_environment_out() -> None:
 
 def test_trainer_outcomes_count_as_neither_failure_nor_pass() -> None:
     clean = [r for i in range(6) for r in hour_rows(i, 40, 4)]
-    timeouts = clean + [Row(T0 + timedelta(hours=i), "agent_timeout", 500) for i in range(6)]
+    timeouts = clean + [HourCounts.of(T0 + timedelta(hours=i), "agent_timeout", 500,
+                                      "sha256:a") for i in range(6)]
     a, b = judge(clean), judge(timeouts)
     assert (a.flagged, a.env_failures, a.passes, a.llr) == (b.flagged, b.env_failures,
                                                             b.passes, b.llr)
     assert b.rollouts == a.rollouts + 3000 and b.by_outcome["agent_timeout"] == 3000
-    only = judge([Row(T0, "agent_timeout", 1000)])
+    only = judge([HourCounts.of(T0, "agent_timeout", 1000)])
     assert (only.flagged, only.env_failures, only.failure_rate) == (False, 0, None)
     assert only.state is EnvState.UNKNOWN
 
@@ -195,7 +173,7 @@ def test_release_needs_the_lower_bound_and_a_flag_keeps_its_start() -> None:
     failing = hour_rows(0, 60, 20)  # flagged in its first hour: the fresh test starts at 0
     first = judge(failing)
     assert first.flagged and first.flagged_at == T0 + timedelta(minutes=59)
-    assert first.first_failure_at == T0 + timedelta(minutes=1)
+    assert first.first_failure_at == T0
     # 73 clean rollouts take the fresh test from 0 to the lower bound (-4.604 / -0.0632);
     # a flag the failures went on pushing up (to the upper bound) would need 182
     still = judge(failing + [r for i in range(3, 10) for r in hour_rows(i, 10)],

@@ -9,7 +9,7 @@ was lost to another daemon while running.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -39,7 +39,13 @@ from envcheck.health.rollouts import RolloutPolicy
 __all__ = ["daemon"]
 
 ROLLOUTS = RolloutPolicy()  # the defaults
-_ROLLOUT_HELP = "rollouts' sequential test (README \"Rollouts as evidence\"): "
+
+
+def _rollouts(name: str, metavar: str, what: str) -> Any:
+    """An option of the rollouts' sequential test (README "Rollouts as evidence"), with its
+    ``ENVCHECK_ROLLOUT_*`` variable."""
+    return typer.Option(envvar=f"ENVCHECK_ROLLOUT_{name}", metavar=metavar,
+                        help=f"the rollouts' test: {what}")
 
 
 def daemon(
@@ -93,33 +99,24 @@ def daemon(
     standby: Annotated[bool, typer.Option(
         "--standby", envvar="ENVCHECK_STANDBY", help="another daemon holds the store: wait, "
         "and take over when it stops or dies (default: exit 2 naming it)")] = False,
-    rollout_p0: Annotated[float, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_P0", metavar="RATE",
-        help=_ROLLOUT_HELP + "a healthy environment's failure rate")] = ROLLOUTS.p0,
-    rollout_p1: Annotated[float, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_P1", metavar="RATE",
-        help=_ROLLOUT_HELP + "a failure rate worth flagging")] = ROLLOUTS.p1,
-    rollout_alpha: Annotated[float, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_ALPHA", metavar="RATE",
-        help=_ROLLOUT_HELP + "the chance of flagging a healthy environment")] = ROLLOUTS.alpha,
-    rollout_beta: Annotated[float, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_BETA", metavar="RATE",
-        help=_ROLLOUT_HELP + "the chance of missing one failing at p1")] = ROLLOUTS.beta,
-    rollout_min: Annotated[int, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_MIN", metavar="N",
-        help=_ROLLOUT_HELP + "failures and passes counted before anything is flagged")
-    ] = ROLLOUTS.min_rollouts,
-    rollout_fleet_factor: Annotated[float, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_FLEET_FACTOR", metavar="X",
-        help=_ROLLOUT_HELP + "p0 rises to the fleet's own failure rate, p1 to at least X "
+    rollout_p0: Annotated[float, _rollouts("P0", "RATE", "a healthy environment's failure "
+                                           "rate")] = ROLLOUTS.p0,
+    rollout_p1: Annotated[float, _rollouts("P1", "RATE", "a failure rate worth flagging")
+                          ] = ROLLOUTS.p1,
+    rollout_alpha: Annotated[float, _rollouts("ALPHA", "RATE", "the chance of flagging a "
+                                              "healthy environment")] = ROLLOUTS.alpha,
+    rollout_beta: Annotated[float, _rollouts("BETA", "RATE", "the chance of missing one "
+                                             "failing at p1")] = ROLLOUTS.beta,
+    rollout_min: Annotated[int, _rollouts("MIN", "N", "failures and passes counted before "
+                                          "anything is flagged")] = ROLLOUTS.min_rollouts,
+    rollout_fleet_factor: Annotated[float, _rollouts(
+        "FLEET_FACTOR", "X", "p0 rises to the fleet's own failure rate, p1 to at least X "
         "times it")] = ROLLOUTS.fleet_factor,
-    rollout_window: Annotated[float, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_WINDOW", metavar="HOURS",
-        help=_ROLLOUT_HELP + "hours of rollouts judged")] = ROLLOUTS.window_h,
-    rollout_notes_after: Annotated[int, typer.Option(
-        envvar="ENVCHECK_ROLLOUT_NOTES_AFTER", metavar="N",
-        help="rewards counted before an environment is noted never_solved (all 0) or "
-        "always_solved (all 1)")] = ROLLOUTS.notes_after,
+    rollout_window: Annotated[float, _rollouts("WINDOW", "HOURS", "hours of rollouts read")
+                              ] = ROLLOUTS.window_h,
+    rollout_notes_after: Annotated[int, _rollouts(
+        "NOTES_AFTER", "N", "rewards counted before an environment is noted never_solved "
+        "(all 0) or always_solved (all 1)")] = ROLLOUTS.notes_after,
     rollout_quarantine: Annotated[bool, typer.Option(
         "--rollout-quarantine", envvar="ENVCHECK_ROLLOUT_QUARANTINE",
         help="an environment its rollouts flag is quarantined (flaky), not only degraded")

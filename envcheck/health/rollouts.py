@@ -39,7 +39,7 @@ from envcheck.core.states import EnvState
 from envcheck.health.sprt import HealthPolicy
 
 __all__ = ["ALWAYS_SOLVED", "CLUSTER_ONLY", "HERE_TOO", "NEVER_SOLVED", "NOTE_DOCS",
-           "CounterRow", "RewardStats", "RolloutHealth", "RolloutPolicy", "Walk",
+           "CounterRow", "HourCounts", "RewardStats", "RolloutHealth", "RolloutPolicy", "Walk",
            "assess_rollouts", "fleet_rate"]
 
 NEVER_SOLVED = "never_solved"
@@ -121,6 +121,31 @@ class CounterRow(Protocol):
     def first_at(self) -> datetime: ...
     @property
     def last_at(self) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HourCounts:
+    """A counter row made by hand (a simulation's, a test's): one hour, one outcome."""
+
+    hour: datetime
+    outcome: str
+    count: int
+    first_at: datetime
+    last_at: datetime
+    image_digest: str = ""
+    reward_n: int = 0
+    reward_sum: float = 0.0
+    reward_sq: float = 0.0
+    reward_zero: int = 0
+    reward_one: int = 0
+
+    @classmethod
+    def of(cls, hour: datetime, outcome: str, count: int, image_digest: str = "",
+           rewards: Sequence[float] = ()) -> HourCounts:
+        """``count`` rollouts over the whole hour, with these rewards."""
+        return cls(hour, outcome, count, hour, hour + timedelta(minutes=59), image_digest,
+                   len(rewards), sum(rewards), sum(v * v for v in rewards),
+                   sum(v == 0 for v in rewards), sum(v == 1 for v in rewards))
 
 
 @dataclass(frozen=True, slots=True)
