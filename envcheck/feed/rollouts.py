@@ -1,11 +1,12 @@
 """The training run's rollouts judged, without waiting for a probe: the daemon's looks.
 
 Each look (every window, on a timer of the daemon's) re-assesses the environments whose
-counters a batch changed since the last look, and those flagged (so an environment the
-trainer stopped using still leaves its flag when its failures age out of the window),
-against the fleet's rate over the same hours (:func:`envcheck.health.rollouts.fleet_rate`:
-the pooled rate of every other environment), and writes their states through the feed's one
-rule (:func:`envcheck.feed.assess.evaluate`).
+counters a batch changed since the last look (when the batch came, whatever its rollouts'
+times), and those flagged (so an environment the trainer stopped using leaves its flag once
+its digest's rollouts have all left the window), against the fleet's rate over the same
+hours (:func:`envcheck.health.rollouts.fleet_rate`: the pooled rate of every other
+environment), going on from each one's test as the last look left it, and writes their
+states through the feed's one rule (:func:`envcheck.feed.assess.evaluate`).
 
 **Many environments failing at once** is the cluster's failure, not theirs: when, of the
 environments the look judges that were fine an hour ago (``STORM_SPAN``), at least
@@ -135,12 +136,12 @@ class RolloutLooks:
         now = self._clock.now()
         since = self._last or now - timedelta(hours=self.policy.window_h)
         changed = self._store.rollout_envs_since(since) & envs.keys()
-        self._last = now  # a batch counted while this look reads is seen again next time
         if self._flagged is None:
             self._flagged = {row.env_id for row in self._store.env_states()
                              if (found := stored_rollouts(row)) is not None and found.flagged}
         ids = sorted(changed | (self._flagged & envs.keys()))
         if not ids:
+            self._last = now
             return LookOutcome()
         view = RolloutView.read(self._store, ids, self.policy, now)
         incident = self._storm(view, sorted(changed | (self._flagged & envs.keys())), now)
@@ -167,6 +168,9 @@ class RolloutLooks:
             return new
 
         transitions = evaluate(self._store, [envs[i] for i in ids], self._health, now, judge)
+        # judged: the next look starts here (a batch counted while this one read is seen
+        # again then); a look that failed leaves its changes to the next
+        self._last = now
         return LookOutcome(tuple(flagged), tuple(noted), tuple(transitions),
                            incident[0] if incident is not None else None, len(ids))
 
