@@ -1,7 +1,8 @@
 """Rollout evidence: what the training run's rollouts say of one environment, from its hourly
-counters (``rollout_rollup`` rows). Pure (no I/O): the feed reads the counters and the stored
-state and asks here; the result is what ``env_state.rollouts`` keeps (:meth:`RolloutHealth.
-to_json`).
+counters (``rollout_rollup`` rows, read as :mod:`envcheck.health.rollout_counts` says). Pure
+(no I/O): the feed reads the counters and the stored state and asks here; the result is what
+``env_state.rollouts`` keeps (:meth:`RolloutHealth.to_json`), the test's state with it
+(:class:`Walk`), so that each look goes on from the last and takes each hour once.
 
 - **Identity**: only the newest image digest counts (the digest of the newest counter row;
   rollouts that named none are a digest of their own); a new digest starts fresh.
@@ -27,15 +28,21 @@ to_json`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from envcheck.core.results import Reason
-from envcheck.core.rollouts import ENVIRONMENT_OUTCOMES, Outcome
 from envcheck.core.states import EnvState
+from envcheck.health.rollout_counts import (
+    FAILING,
+    CounterRow,
+    HourCounts,
+    RewardStats,
+    fleet_rate,
+    judged,
+)
 from envcheck.health.sprt import HealthPolicy
 
 __all__ = ["ALWAYS_SOLVED", "CLUSTER_ONLY", "HERE_TOO", "NEVER_SOLVED", "NOTE_DOCS",
@@ -56,8 +63,6 @@ CLUSTER_ONLY = "cluster_only"  # every probe kind passed since the flag: a node 
 
 P1_MAX = 0.95  # the fleet may raise p1 this far: a test needs p1 < 1
 SETTLE = timedelta(hours=1)  # an hour is taken for good this long after it ended
-_ENVIRONMENT = frozenset(str(o) for o in ENVIRONMENT_OUTCOMES)
-_OK = str(Outcome.OK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,84 +99,6 @@ class RolloutPolicy:
         if not p0 < p1:
             return None
         return HealthPolicy(p0, p1, self.alpha, self.beta)
-
-
-class CounterRow(Protocol):
-    """One ``rollout_rollup`` row, as the health model reads it."""
-
-    @property
-    def hour(self) -> datetime: ...
-    @property
-    def image_digest(self) -> str: ...
-    @property
-    def outcome(self) -> str: ...
-    @property
-    def count(self) -> int: ...
-    @property
-    def reward_n(self) -> int: ...
-    @property
-    def reward_sum(self) -> float: ...
-    @property
-    def reward_sq(self) -> float: ...
-    @property
-    def reward_zero(self) -> int: ...
-    @property
-    def reward_one(self) -> int: ...
-    @property
-    def first_at(self) -> datetime: ...
-    @property
-    def last_at(self) -> datetime: ...
-
-
-@dataclass(frozen=True, slots=True)
-class HourCounts:
-    """A counter row made by hand (a simulation's, a test's): one hour, one outcome."""
-
-    hour: datetime
-    outcome: str
-    count: int
-    first_at: datetime
-    last_at: datetime
-    image_digest: str = ""
-    reward_n: int = 0
-    reward_sum: float = 0.0
-    reward_sq: float = 0.0
-    reward_zero: int = 0
-    reward_one: int = 0
-
-    @classmethod
-    def of(cls, hour: datetime, outcome: str, count: int, image_digest: str = "",
-           rewards: Sequence[float] = ()) -> HourCounts:
-        """``count`` rollouts over the whole hour, with these rewards."""
-        return cls(hour, outcome, count, hour, hour + timedelta(minutes=59), image_digest,
-                   len(rewards), sum(rewards), sum(v * v for v in rewards),
-                   sum(v == 0 for v in rewards), sum(v == 1 for v in rewards))
-
-
-@dataclass(frozen=True, slots=True)
-class RewardStats:
-    n: int
-    mean: float
-    std: float
-    zero_share: float
-    one_share: float
-
-    @classmethod
-    def of(cls, rows: Iterable[CounterRow]) -> RewardStats | None:
-        """Of the rows' rewards (None: no reward)."""
-        n = total = squares = zero = one = 0.0
-        for r in rows:
-            n, total, squares = n + r.reward_n, total + r.reward_sum, squares + r.reward_sq
-            zero, one = zero + r.reward_zero, one + r.reward_one
-        if not n:
-            return None
-        mean = total / n
-        return cls(int(n), mean, math.sqrt(max(squares / n - mean * mean, 0.0)), zero / n,
-                   one / n)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "mean": round(self.mean, 6), "std": round(self.std, 6),
-                "zero_share": round(self.zero_share, 6), "one_share": round(self.one_share, 6)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +142,7 @@ class RolloutHealth:
         rate = f"{self.env_failures / tested:.1%}" if tested else "-"
         fleet = f", the fleet {self.fleet_rate:.1%}" if self.fleet_rate is not None else ""
         failed = ", ".join(f"{o} {n}" for o, n in sorted(self.by_outcome.items())
-                           if o in _ENVIRONMENT and n)
+                           if o in FAILING and n)
         text = (f"{self.env_failures} of {tested} rollouts failed the environment's way "
                 f"({rate}{fleet})" + (f": {failed}" if failed else ""))
         if self.flagged and self.first_failure_at is not None:
@@ -271,34 +198,6 @@ def _at(value: Any) -> datetime | None:
         return None
 
 
-def _tested(rows: Iterable[CounterRow]) -> tuple[int, int]:
-    """(environment failures, passes) of the rows."""
-    failures = passes = 0
-    for r in rows:
-        if r.outcome in _ENVIRONMENT:
-            failures += r.count
-        elif r.outcome == _OK:
-            passes += r.count
-    return failures, passes
-
-
-def fleet_rate(totals: Iterable[tuple[datetime, str, int]], own: Iterable[CounterRow],
-               minimum: int) -> float | None:
-    """The fleet's environment-failure rate over ``totals`` ((hour, outcome, count) of every
-    environment), ``own`` rows left out; None over fewer than ``minimum`` failures and passes."""
-    failures = passes = 0
-    for _, outcome, count in totals:
-        if outcome in _ENVIRONMENT:
-            failures += count
-        elif outcome == _OK:
-            passes += count
-    mine = _tested(own)
-    failures, passes = failures - mine[0], passes - mine[1]
-    if failures + passes < max(minimum, 1):
-        return None
-    return max(failures, 0) / (failures + passes)
-
-
 @dataclass(frozen=True, slots=True)
 class Walk:
     """The bounded SPRT's state after the hours it has taken (``through``, the last): what a
@@ -314,10 +213,10 @@ class Walk:
     def step(self, hour: datetime, rows: Sequence[CounterRow], test: HealthPolicy | None,
              min_rollouts: int) -> Walk:
         """After one more hour's counters (``test`` None: nothing can be judged)."""
-        failures, passes = _tested(rows)
+        failures, passes = judged(rows)
         first = self.first_failure_at
         if failures and first is None:
-            first = min(r.first_at for r in rows if r.outcome in _ENVIRONMENT)
+            first = min(r.first_at for r in rows if r.outcome in FAILING)
         if test is None:
             return replace(self, through=hour, first_failure_at=first)
         tested = self.tested + failures + passes
@@ -377,7 +276,7 @@ def assess_rollouts(rows: Iterable[CounterRow], policy: RolloutPolicy, *,
         walk = walk.step(hour, hour_rows, test, policy.min_rollouts)
         if hour < settled_before:
             settled = walk
-    failures, passes = _tested(current)
+    failures, passes = judged(current)
     by_outcome: dict[str, int] = {}
     for r in current:
         by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + r.count
@@ -388,7 +287,7 @@ def assess_rollouts(rows: Iterable[CounterRow], policy: RolloutPolicy, *,
         walk = replace(walk, flagged_at=since, first_failure_at=first)
         if settled.flagged:
             settled = replace(settled, flagged_at=since, first_failure_at=first)
-    trusted = RewardStats.of(r for r in current if r.outcome not in _ENVIRONMENT)
+    trusted = RewardStats.of(r for r in current if r.outcome not in FAILING)
     notes = _notes(trusted, policy, oracle_passes)
     noted = previous.notes_since if same and previous is not None else {}
     if walk.flagged:
