@@ -1,6 +1,7 @@
 """The daemon's looks at the rollouts on a real store of each backend: counters written by
 the ingest path, judged beside the fleet, states and incidents written through the feed's
-one rule (no engine: the probes' results are recorded as a probe would)."""
+one rule (no engine: the probes' results are recorded as a probe would); the scheduler's
+urgent work (a fake check); the daemon's options for the rollouts."""
 
 from __future__ import annotations
 
@@ -16,13 +17,18 @@ import pytest
 from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.core.rollouts import Outcome, Rollout
+from envcheck.executors.local import LocalExecutor
 from envcheck.feed.allowlist import allowlist
 from envcheck.feed.assess import LookOutcome, StoreAssessment, evaluate, stored_rollouts
 from envcheck.feed.rollouts import STORM_KIND, RolloutLooks
 from envcheck.health.rollouts import ALWAYS_SOLVED, RolloutPolicy
+from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from envcheck.store.rollouts import hour_of
 from tests.conftest import DEMO, envcheck_cmd
+from tests.polling import wait_for
+from tests.test_budget import two_suites
+from tests.test_scheduler import FakeChecks, NoRuntime, fake  # noqa: F401
 
 SEQ = itertools.count()
 
@@ -210,3 +216,36 @@ def test_bad_rollout_rates_stop_the_daemon_before_it_starts(
     assert f"--rollout-*: {words}" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "envcheck.db").exists(), "nothing started"
+
+
+# --- the scheduler's urgent work ----------------------------------------------------------------
+
+
+def test_urgent_work_jumps_the_queue_and_a_running_probe_runs_again(
+        tmp_path: Path, store_url: str, fake: FakeChecks) -> None:  # noqa: F811
+    """What the rollouts ask for runs next: queued work promoted in place, and work running
+    when it is asked for once more after it (its result began before the question)."""
+    catalogue = two_suites(tmp_path / "c.yaml")
+    terminal = ProbeKind.TERMINAL
+    with open_store(store_url) as opened:
+        scheduler = ProbeScheduler(catalogue, LocalExecutor(NoRuntime()), opened,
+                                   concurrency=1, window_s=3600.0,
+                                   assessment=StoreAssessment(opened, tmp_path / "exports"))
+        try:
+            scheduler.start()
+            fake.hold("p1")
+            assert scheduler.enqueue_now("p1", terminal)
+            wait_for(lambda: fake.order() == ["p1"], timeout_s=15.0, what="p1 running",
+                     interval_s=0.01)
+            assert scheduler.enqueue_now("r1", terminal) and scheduler.enqueue_now("p2", terminal)
+            assert not scheduler.enqueue_now("p2", terminal), "queued already"
+            assert scheduler.enqueue_now("p2", terminal, urgent=True), "promoted"
+            assert scheduler.enqueue_now("p1", terminal, urgent=True), "again after it ends"
+            assert not scheduler.enqueue_now("nope", terminal, urgent=True)
+            fake.release_all()
+            wait_for(lambda: len(fake.finished) == 4, timeout_s=15.0, what="all four",
+                     interval_s=0.01)
+            assert fake.order() == ["p1", "p2", "p1", "r1"]
+        finally:
+            fake.release_all()
+            scheduler.stop(10)

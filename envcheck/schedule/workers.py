@@ -210,7 +210,8 @@ class Workers:
                     self._queue.done(work, env)
                     if work.key in self._again:
                         self._again.discard(work.key)
-                        self._queue.put(URGENT, time.time(), *work.key)
+                        if not self._stopping.is_set():
+                            self._queue.put(URGENT, time.time(), *work.key)
                     self.stats.completed += 1
                     self.stats.queued, self.stats.running = (self._queue.queued,
                                                              self._queue.running)
