@@ -151,6 +151,9 @@ def test_many_environments_failing_at_once_are_an_incident_and_nothing_moves(
     assert later is not None and later.incident is None and later.flagged == (CLEAN[2],)
     doc = stored_rollouts(store.env_state(CLEAN[2]))
     assert doc is not None and doc.rollouts == 140, "the held hour is not counted"
+    # pruned with the counters of its hour
+    store.prune_rollouts(hour_of(storm_at) + timedelta(hours=1))
+    assert store.held_rollout_hours() == set()
 
 
 def test_quarantine_on_rollouts_is_a_setting(store: Store,
