@@ -491,7 +491,8 @@ def test_openapi_lists_every_route(api: Api) -> None:
     routes = {(path, method) for path, ops in spec["paths"].items() for method in ops}
     assert routes == {("/v1/quarantine", "get"), ("/v1/suites/{suite}/allowlist", "get"),
                       ("/v1/environments/{env_id}", "get"), ("/v1/quarantine/{env_id}", "post"),
-                      ("/v1/quarantine/{env_id}", "delete"), ("/v1/incidents", "get")}
+                      ("/v1/quarantine/{env_id}", "delete"), ("/v1/incidents", "get"),
+                      ("/v1/rollouts", "post")}
     post = spec["paths"]["/v1/quarantine/{env_id}"]["post"]
     assert post["security"] == [{"HTTPBearer": []}]
     assert {"401", "403", "404", "422"} <= set(post["responses"])
@@ -501,6 +502,11 @@ def test_openapi_lists_every_route(api: Api) -> None:
     assert {"AllowlistOut", "EnvironmentOut", "QuarantineOut", "Problem",
             "QuarantineChange"} <= set(schemas)
     assert schemas["QuarantineChange"]["required"] == ["reason"]
+    rollouts = spec["paths"]["/v1/rollouts"]["post"]
+    assert {"400", "401", "403", "413", "415"} <= set(rollouts["responses"])
+    record = rollouts["requestBody"]["content"]["application/json"]["schema"]["items"]
+    assert record["required"] == ["env_id", "at", "producer", "seq", "outcome"]
+    assert "$ref" not in json.dumps(record)  # inlined: nothing points outside the body
 
 
 # --- tokens -----------------------------------------------------------------------------------

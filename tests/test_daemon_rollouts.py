@@ -144,8 +144,8 @@ def test_a_storm_is_an_incident_and_quarantine_on_rollouts_is_a_setting(
         daemons: Daemons, tmp_path: Path, store_url: str) -> None:
     d = start(daemons, tmp_path, store_url, "--rollout-quarantine")
     d.wait("the first probes", lambda: len(d.rows()) >= 5)
-    # two hours ago, every sandbox but one environment's failed to start
-    storm = datetime.now(UTC) - timedelta(hours=2)
+    # an hour and a half ago, every sandbox but one environment's failed to start
+    storm = datetime.now(UTC) - timedelta(minutes=90)
     post(d, {HEALTHY: (200, {}),
              **{env_id: (100, {"sandbox_start_failed": 100}) for env_id in OTHERS}}, at=storm)
     d.wait("the incident", lambda: d.get("/v1/incidents").json()["count"] == 1)

@@ -24,7 +24,8 @@ from envcheck.feed.rollouts import STORM_KIND, RolloutLooks
 from envcheck.health.rollouts import ALWAYS_SOLVED, RolloutPolicy
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
-from envcheck.store.rollouts import hour_of
+from envcheck.store.retention import Retention
+from envcheck.store.rollout_counts import hour_of
 from tests.conftest import DEMO, envcheck_cmd
 from tests.polling import wait_for
 from tests.test_budget import two_suites
@@ -151,9 +152,9 @@ def test_many_environments_failing_at_once_are_an_incident_and_nothing_moves(
     assert later is not None and later.incident is None and later.flagged == (CLEAN[2],)
     doc = stored_rollouts(store.env_state(CLEAN[2]))
     assert doc is not None and doc.rollouts == 140, "the held hour is not counted"
-    # pruned with the counters of its hour
-    store.prune_rollouts(hour_of(storm_at) + timedelta(hours=1))
-    assert store.held_rollout_hours() == set()
+    # pruned with the hour rows of its hour
+    pruned = store.prune(Retention(hourly_days=1), now=storm_at + timedelta(days=3))
+    assert pruned.rollout_held_deleted == 1 and store.held_rollout_hours() == set()
 
 
 def test_quarantine_on_rollouts_is_a_setting(store: Store,
@@ -189,8 +190,8 @@ def test_a_flag_ages_out_of_the_window_when_the_trainer_stops(
 def test_a_late_batch_and_always_solved(store: Store, envs: dict[str, Environment]) -> None:
     looks = RolloutLooks(store, RolloutPolicy(notes_after=50))
     assert looks.look(envs) == LookOutcome()
-    # rollouts of three hours ago, sent only now: counted as changed since the last look
-    report(store, CLEAN[0], 60, reward=1.0, at=datetime.now(UTC) - timedelta(hours=3))
+    # rollouts of 90 minutes ago, sent only now: judged at the next look all the same
+    report(store, CLEAN[0], 60, reward=1.0, at=datetime.now(UTC) - timedelta(minutes=90))
     outcome = looks.look(envs)
     assert outcome.always_solved == (CLEAN[0],) and outcome.flagged == ()
     doc = stored_rollouts(store.env_state(CLEAN[0]))

@@ -58,7 +58,8 @@ class Problem(_Out):
     error: str = Field(description="stable code, e.g. `unknown_suite`, `invalid_token`")
     reason: str = Field(description="what went wrong and what to do about it")
     fields: list[FieldError] = Field(default_factory=list,
-                                     description="per-field errors of a 422 answer")
+                                     description="per-field errors of a 422 answer (a "
+                                                 "400's: the bad rollout record)")
 
 
 class AllowlistOut(_Out):

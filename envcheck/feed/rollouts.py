@@ -1,8 +1,8 @@
 """The training run's rollouts judged, without waiting for a probe: the daemon's looks.
 
 Each look (every window, on a timer of the daemon's) re-assesses the environments whose
-counters a batch changed since the last look (when the batch came, whatever its rollouts'
-times), and those flagged (so an environment the trainer stopped using leaves its flag once
+counters a batch changed since the last look (rollouts of the last two hours before it:
+``LATE``), and those flagged (so an environment the trainer stopped using leaves its flag once
 its digest's rollouts have all left the window), against the fleet's rate over the same
 hours (:func:`envcheck.health.rollouts.fleet_rate`: the pooled rate of every other
 environment), going on from each one's test as the last look left it, and writes their
@@ -47,11 +47,14 @@ from envcheck.health.rollouts import (
 )
 from envcheck.health.sprt import EnvHealth, HealthPolicy
 from envcheck.store import Store
-from envcheck.store.rollouts import hour_of
+from envcheck.store.rollout_counts import hour_of
 
-__all__ = ["STORM_KIND", "STORM_SPAN", "RolloutLooks", "RolloutView"]
+__all__ = ["LATE", "STORM_KIND", "STORM_SPAN", "RolloutLooks", "RolloutView"]
 
 STORM_KIND = "rollout_storm"
+# The store finds changed counters by their rollouts' times: a batch this late is still
+# judged at the next look (a later one, with the environment's next batch).
+LATE = timedelta(hours=2)
 # Flags raised within this span of each other count as at once: a storm's batches reach the
 # store over several looks.
 STORM_SPAN = timedelta(hours=1)
@@ -134,7 +137,8 @@ class RolloutLooks:
     def look(self, envs: Mapping[str, Environment]) -> LookOutcome:
         """Judge what changed since the last look (the whole window at the first)."""
         now = self._clock.now()
-        since = self._last or now - timedelta(hours=self.policy.window_h)
+        since = (self._last - LATE if self._last is not None
+                 else now - timedelta(hours=self.policy.window_h))
         changed = self._store.rollout_envs_since(since) & envs.keys()
         if self._flagged is None:
             self._flagged = {row.env_id for row in self._store.env_states()
