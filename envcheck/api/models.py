@@ -198,6 +198,10 @@ class EnvironmentOut(_Out):
     updated_at: datetime | None = Field(description="when the health model last assessed it")
     quarantine: QuarantineEntryOut | None
     kinds: dict[str, KindHealthOut] = Field(description="probe kind -> its health")
+    rollouts: dict[str, Any] | None = Field(
+        None, description="the training run's rollouts as last judged (state, flagged, "
+        "failure and fleet rates, the test's llr, flagged_at, notes, confirmed, by_outcome, "
+        "reward); null without rollout evidence")
     history: list[TransitionOut] = Field(description="its transitions, newest first")
     latest_results: list[ResultOut] = Field(description="the newest result of each probe kind")
 

@@ -139,6 +139,7 @@ def _print(report: PruneReport) -> None:
          report.rollout_hours_folded),
         ("rollout_rollup", "day rows past --keep-daily deleted", report.rollout_days_deleted),
         ("rollout_unknown", "hours past --keep-hourly deleted", report.rollout_unknown_deleted),
+        ("rollout_held", "held hours past --keep-hourly deleted", report.rollout_held_deleted),
         ("rollout_producer", "producers silent past --keep-hourly deleted",
          report.rollout_producers_deleted),
     ):

@@ -10,8 +10,9 @@ for the day retention, then deleted.
   hour's or a day's: readers add both, before, during and after a prune.
 - A rollout reported late, into an hour already folded, makes an hour row again; the next
   prune folds it into the same day row.
-- **What goes with the hour rows**: the unknown environments' counts of those hours, and
-  the producers not heard from for as long (their sequence numbers: a batch retried after
+- **What goes with the hour rows**: the unknown environments' counts of those hours, the
+  hours an incident held back from the health model, and the producers not heard from for
+  as long (their sequence numbers: a batch retried after
   that long would count again; none is).
 """
 
@@ -22,7 +23,7 @@ from datetime import datetime
 from sqlalchemy import Float, Integer, String, bindparam, text
 
 from envcheck.store.access import StoreAccess
-from envcheck.store.core_tables import PRODUCERS, ROLLOUTS, UNKNOWN_ROLLOUTS
+from envcheck.store.core_tables import HELD_ROLLOUTS, PRODUCERS, ROLLOUTS, UNKNOWN_ROLLOUTS
 from envcheck.store.retention import Cutoffs, PruneReport
 from envcheck.store.rollout_counts import Bucket, BucketKey, fold_days
 from envcheck.store.rollouts import counters_upsert, one_batch_at_a_time
@@ -51,8 +52,8 @@ RETURNING *
 class RolloutRetention(StoreAccess):
     def _prune_rollouts(self, cut: Cutoffs, batch: int, report: PruneReport) -> None:
         """Fold hour rows before ``cut.hourly`` into day rows, delete day rows before
-        ``cut.daily``, and the unknown counts and producers older than ``cut.hourly`` (in
-        a dry run, count them)."""
+        ``cut.daily``, and the unknown counts, held hours and producers older than
+        ``cut.hourly`` (in a dry run, count them)."""
         hour, day = RollupPeriod.HOUR.value, RollupPeriod.DAY.value
         if report.dry_run:
             report.rollout_hours_folded = self._count(
@@ -61,6 +62,8 @@ class RolloutRetention(StoreAccess):
                 ROLLOUTS, (ROLLOUTS.c.period == day, ROLLOUTS.c.hour < cut.daily))
             report.rollout_unknown_deleted = self._count(
                 UNKNOWN_ROLLOUTS, (UNKNOWN_ROLLOUTS.c.hour < cut.hourly,))
+            report.rollout_held_deleted = self._count(
+                HELD_ROLLOUTS, (HELD_ROLLOUTS.c.hour < cut.hourly,))
             report.rollout_producers_deleted = self._count(
                 PRODUCERS, (PRODUCERS.c.updated_at < cut.hourly,))
             return
@@ -69,6 +72,8 @@ class RolloutRetention(StoreAccess):
         with self._transaction() as conn:
             report.rollout_unknown_deleted = conn.execute(UNKNOWN_ROLLOUTS.delete().where(
                 UNKNOWN_ROLLOUTS.c.hour < cut.hourly)).rowcount
+            report.rollout_held_deleted = conn.execute(HELD_ROLLOUTS.delete().where(
+                HELD_ROLLOUTS.c.hour < cut.hourly)).rowcount
             report.rollout_producers_deleted = conn.execute(PRODUCERS.delete().where(
                 PRODUCERS.c.updated_at < cut.hourly)).rowcount
 

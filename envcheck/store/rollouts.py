@@ -28,7 +28,7 @@ Retention (hour rows folded into day rows, old rows deleted) is part of the prun
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +38,13 @@ from sqlalchemy import select as sa_select
 
 from envcheck.core.rollouts import Rollout
 from envcheck.store.access import StoreAccess
-from envcheck.store.core_tables import ENVS, PRODUCERS, ROLLOUTS, UNKNOWN_ROLLOUTS
+from envcheck.store.core_tables import (
+    ENVS,
+    HELD_ROLLOUTS,
+    PRODUCERS,
+    ROLLOUTS,
+    UNKNOWN_ROLLOUTS,
+)
 from envcheck.store.groupcommit import GroupCommit
 from envcheck.store.retention import day_start
 from envcheck.store.rollout_counts import Bucket, BucketKey, count, fresh, hour_of
@@ -291,6 +297,34 @@ class RolloutRecords(StoreAccess):
         """Environments with a rollout counted at or after ``at``."""
         query = (sa_select(ROLLOUTS.c.env_id).distinct()
                  .where(ROLLOUTS.c.hour >= day_start(hour_of(at)), ROLLOUTS.c.last_at >= at))
+        with self._reading() as conn:
+            return {row[0] for row in conn.execute(query)}
+
+    def rollout_totals(self, since: datetime) -> list[tuple[datetime, str, int]]:
+        """(start, outcome, rollouts) of every environment together, from the hour of
+        ``since`` on: the fleet's counts, a row per hour (or day row's start) and outcome."""
+        query = (sa_select(ROLLOUTS.c.hour, ROLLOUTS.c.outcome, func.sum(ROLLOUTS.c["count"]))
+                 .where(ROLLOUTS.c.hour >= hour_of(since))
+                 .group_by(ROLLOUTS.c.hour, ROLLOUTS.c.outcome)
+                 .order_by(ROLLOUTS.c.hour, ROLLOUTS.c.outcome))
+        with self._reading() as conn:
+            return [(hour, outcome, int(n)) for hour, outcome, n in conn.execute(query)]
+
+    def hold_rollout_hours(self, hours: Iterable[datetime], incident_id: int | None) -> None:
+        """Keep these hours' rollouts from the health model (an incident's); an hour held
+        already stays with its first incident."""
+        rows = [{"hour": hour_of(h), "incident_id": incident_id} for h in set(hours)]
+        if not rows:
+            return
+        stmt = self._upsert()(HELD_ROLLOUTS).on_conflict_do_nothing(index_elements=["hour"])
+        with self._transaction() as conn:
+            conn.execute(stmt, rows)
+
+    def held_rollout_hours(self, since: datetime | None = None) -> set[datetime]:
+        """The hours held (from the hour of ``since`` on; None: all)."""
+        query = sa_select(HELD_ROLLOUTS.c.hour)
+        if since is not None:
+            query = query.where(HELD_ROLLOUTS.c.hour >= hour_of(since))
         with self._reading() as conn:
             return {row[0] for row in conn.execute(query)}
 

@@ -1,6 +1,7 @@
 """Rollout evidence: counters per environment, image digest, hour (a day, once the hour is past
 its retention) and outcome (never one row per rollout), each producer's sequence numbers
-already counted, and the unknown environments rollouts named."""
+already counted, the unknown environments rollouts named, and the hours an incident held back
+from the health model."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from sqlmodel import Field, SQLModel
 from envcheck.core.rollouts import DURATION_NAMES
 from envcheck.store.tables.columns import UTCDateTime, now
 
-__all__ = ["ROLLOUT_COUNTERS", "ROLLOUT_KEY", "RolloutProducerRow", "RolloutUnknownRow",
-           "rollout_rollup"]
+__all__ = ["ROLLOUT_COUNTERS", "ROLLOUT_KEY", "RolloutHeldRow", "RolloutProducerRow",
+           "RolloutUnknownRow", "rollout_rollup"]
 
 # One row per period start, environment, image digest ('' for none: a key column cannot be
 # NULL), outcome and period: a store's size per environment-hour is bounded by the outcomes
@@ -76,3 +77,14 @@ class RolloutUnknownRow(SQLModel, table=True):
     hour: datetime = Field(primary_key=True, sa_type=UTCDateTime)
     count: int = 0
     ids: list[str] = Field(default_factory=list, sa_type=JSON)
+
+
+class RolloutHeldRow(SQLModel, table=True):
+    """An hour whose rollouts an incident (many environments failing at once) keeps from the
+    health model, the fleet's rate included: their failures are the cluster's, not the
+    environments'."""
+
+    __tablename__ = "rollout_held"
+
+    hour: datetime = Field(primary_key=True, sa_type=UTCDateTime)
+    incident_id: int | None = None
