@@ -109,6 +109,27 @@ def test_a_reward_hack_reaches_back_past_the_passes_before_it() -> None:
     assert got.evidence == (7,)
 
 
+def test_the_identity_appeared_with_the_digests_first_result_or_rollout() -> None:
+    # the tests probe first ran at hour 10, but the terminal probe saw the image at hour 2
+    # and the trainer used it from hour 1
+    hack = facts(
+        transitions=(change(1, 10.5, "healthy", "degraded",
+                            "healthy -> degraded: tests: reward_hackable", quarantined=False),),
+        suspects=(failed(7, 10, "tests", "reward_hackable", status="pass"),),
+        identities=(seen(2, 2), seen(10, kind="tests")),
+        state=state("degraded", "tests: reward_hackable",
+                    kinds={"tests": kind("degraded", "reward_hackable")}))
+    assert one(taint_intervals(hack)).start == at(2)
+    used = facts(**{f: getattr(hack, f) for f in ("transitions", "suspects", "identities",
+                                                  "state")}, rollout_digests={A: at(1)})
+    assert one(taint_intervals(used)).start == at(1)
+    # unless the tests spec changed since: then the identity is the new spec's
+    changed = facts(**{**{f: getattr(hack, f) for f in ("transitions", "suspects", "state")},
+                       "identities": (seen(2, 2), seen(5, 5, kind="tests", spec="s0"),
+                                      seen(10, kind="tests"))})
+    assert one(taint_intervals(changed)).start == at(10)
+
+
 def test_a_flaky_kind_reaches_back_to_its_first_failure() -> None:
     record = facts(
         transitions=(change(1, 5.5, "degraded", "flaky", "flaky: terminal: shell_slow",
@@ -255,9 +276,9 @@ def test_a_taint_reason_that_came_without_a_transition_is_read_from_the_state() 
         state=state("degraded", "terminal: shell_slow",
                     kinds={"terminal": kind("degraded", "shell_slow"),
                            "tests": kind("degraded", "solution_in_image")}))
-    got = one(taint_intervals(record))
+    got = one(taint_intervals(record))  # from the image's first result (the terminal's)
     assert (got.kind, got.reason, got.basis, got.start, got.end) == \
-        ("tests", "solution_in_image", Basis.IDENTITY, at(1), None)
+        ("tests", "solution_in_image", Basis.IDENTITY, at(0), None)
     assert got.flagged_at == at(6)
 
 

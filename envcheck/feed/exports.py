@@ -1,8 +1,10 @@
 """Files for schedulers that read a path: written atomically after every transition.
 
 ``quarantine.json`` (versioned, with the feed generation), ``quarantine.txt`` (ids, one per
-line), and per suite ``allowlist-<suite>.txt`` and ``allowlist-<suite>.json``. A reader never
-sees a half-written file: each is written beside its target and renamed over it.
+line), per suite ``allowlist-<suite>.txt`` and ``allowlist-<suite>.json``, and for trainers
+``taint.jsonl`` (the tainted intervals, :mod:`envcheck.feed.taint`, which also follows every
+window). A reader never sees a half-written file: each is written beside its target and
+renamed over it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from envcheck.core.files import atomic_write_text
 from envcheck.feed.allowlist import allowlist
+from envcheck.feed.taint import write_taint
 from envcheck.store import Store
 
 __all__ = ["EXPORT_VERSION", "default_export_dir", "write_exports"]
@@ -53,6 +56,7 @@ def write_exports(store: Store, directory: Path | None = None) -> Path:
             "suite": suite.id, "allowed": listing.allowed, "excluded": listing.excluded,
             "healthy_fraction": round(listing.healthy_fraction, 4)}, indent=2) + "\n")
     atomic_write_text(directory / "quarantine.txt", "".join(f"{e['env_id']}\n" for e in entries))
+    write_taint(store, directory)
     # the versioned document last: a reader keyed on its generation sees the rest done
     atomic_write_text(directory / "quarantine.json", json.dumps(doc, indent=2) + "\n")
     return directory

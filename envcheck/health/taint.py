@@ -14,9 +14,10 @@ they name, the rollouts' flag. Each finding **reaches back** to where its eviden
   digest and spec hash) when the failure is a property of the image and spec: a reason of
   :data:`~envcheck.health.trust.IMAGE_REASONS`, or a kind of
   :data:`~envcheck.health.trust.IMAGE_KINDS` whose every counted result of the identity
-  failed up to the decision. Results pruned are read from the rollups, which keep no spec
-  hash: an earlier folded result of the same kind and digest counts as the identity's
-  unless a raw result of another spec is older (then the spec changed there).
+  failed up to the decision. The image was in use from its digest's first result of any
+  kind, or first rollout, on; results pruned are read from the rollups, which keep no spec
+  hash. Both count as the identity's unless a raw result of the kind and digest with another
+  spec is older (then the spec changed there).
 - ``first_failure``: the identity's first failing result after the environment's previous
   stretch ended (a flaky kind, a data source, a failure some probes of the identity did not
   show); results of cycles judged incidents count for nothing, as in the health model.

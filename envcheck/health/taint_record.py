@@ -163,8 +163,10 @@ class Evidence:
 
     def identity_seen(self, kind: str, digest: str | None, spec: str | None
                       ) -> tuple[datetime | None, datetime | None]:
-        """(first appearance, first pass) of an identity (``spec`` None: any spec), from the
-        raw results and, unless a raw result of another spec is older, the rollups."""
+        """(first appearance, first pass) of an identity (``spec`` None: any spec), from its
+        raw results and, unless a raw result of the kind and digest with another spec is
+        older (the spec changed there), from the rollups (which keep no spec) and from the
+        digest's first result of any kind or first rollout: the image was in use since."""
         raw = [i for i in self.facts.identities if i.kind == kind and i.image_digest == digest]
         mine = [i for i in raw if spec is None or i.spec_hash == spec]
         first = min((i.first_at for i in mine), default=None)
@@ -176,6 +178,9 @@ class Evidence:
                 if f.kind == kind and f.image_digest == digest:
                     first = f.first_at if first is None else min(first, f.first_at)
                     passes += [f.first_pass_at] if f.first_pass_at is not None else []
+            image = self.digest_firsts.get(digest) if digest else None
+            if image is not None and first is not None:
+                first = min(first, image)
         return first, min(passes, default=None)
 
     def first(self, f: Finding, after: datetime | None) -> SuspectResult | None:
