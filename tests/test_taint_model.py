@@ -81,7 +81,7 @@ BROKEN_NOW = state("broken", "terminal: tool_missing", quarantined=True, source=
                    kinds={"terminal": kind("broken", "tool_missing")})
 
 
-# --- what reaches back where ----------------------------------------------------------------
+# --- what reaches back where ----------------------------------------------------------------------
 
 
 def test_a_failure_every_probe_shows_reaches_back_to_the_identitys_first_appearance() -> None:
@@ -179,7 +179,7 @@ def test_failures_of_an_incident_are_not_the_first_failure() -> None:
     assert one(taint_intervals(record)).start == at(3)
 
 
-# --- where it closes --------------------------------------------------------------------------
+# --- where it closes ------------------------------------------------------------------------------
 
 
 def test_it_closes_at_release() -> None:
@@ -251,7 +251,7 @@ def test_several_intervals_each_from_its_own_evidence() -> None:
     assert overlapping([first, second], None, at(2)) == []
 
 
-# --- what does not taint, and a person's word --------------------------------------------------
+# --- what does not taint, and a person's word -----------------------------------------------------
 
 
 def test_a_plain_degraded_does_not_taint() -> None:
@@ -308,7 +308,7 @@ def test_a_persons_quarantine_over_envcheck_s_outlasts_the_evidence() -> None:
     assert (person.start, person.end, person.basis) == (at(3), None, Basis.MANUAL)
 
 
-# --- the training run's rollouts -----------------------------------------------------------------
+# --- the training run's rollouts ------------------------------------------------------------------
 
 
 ROLLOUTS = dict(
@@ -352,19 +352,19 @@ def test_rollout_failures_before_an_earlier_release_are_not_this_flags() -> None
     assert (second.start, second.end) == (at(5.2), None)
 
 
-# --- the vocabulary ---------------------------------------------------------------------------------
+# --- the vocabulary -------------------------------------------------------------------------------
 
 
 def test_the_reasons_that_taint() -> None:
     assert {"reward_hackable", "weak_verifier", "solution_leaked", "solution_in_image",
             "tests_in_image"} <= IMAGE_REASONS
-    assert UNTRUSTED_REASONS == IMAGE_REASONS | {"rollout_failures"}
+    assert IMAGE_REASONS | {"rollout_failures"} == UNTRUSTED_REASONS
     assert not {"shell_slow", "recovered_after_retry", "tool_missing"} & UNTRUSTED_REASONS
     assert kind_reason("healthy -> degraded: rollouts: rollout_failures (fails on the "
                        "cluster, passes here)") == ("rollouts", "rollout_failures")
     assert kind_reason("broken: terminal: tool_missing") == ("terminal", "tool_missing")
-    assert kind_reason("released: healthy") is None or \
-        kind_reason("released: healthy") == ("released", "healthy")
+    # a release names no kind: its reason code is no taint reason either way
+    assert kind_reason("released: healthy") == ("released", "healthy")
 
 
 def test_the_json_line() -> None:

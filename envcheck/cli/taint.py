@@ -42,7 +42,7 @@ def taint(
     [--since, --until], whose samples a trainer drops, relabels or replays. Exit 0 (with or
     without intervals), 2 for a bad time, an unknown suite or environment, 3 when the store
     fails."""
-    from envcheck.feed.taint import BadWindow, taint, window
+    from envcheck.feed.taint import BadWindow, taint, taint_text, window
 
     try:
         start, end = window(since, until, datetime.now(UTC))
@@ -60,7 +60,7 @@ def taint(
             raise typer.Exit(EXIT_USAGE)
         found = taint(store, since=start, until=end, suite=suite, env_id=env)
     if jsonl:
-        sys.stdout.write("".join(json.dumps(i.to_json()) + "\n" for i in found))
+        sys.stdout.write(taint_text(found))
     elif as_json:
         sys.stdout.write(json.dumps({
             "since": start.isoformat() if start else None,
