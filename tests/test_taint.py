@@ -26,7 +26,7 @@ from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.assess import assess_cycle, evaluate, set_quarantine_by_id
 from envcheck.feed.exports import write_exports
-from envcheck.feed.taint import TAINT_FILE, taint, taint_text, write_taint
+from envcheck.feed.taint import TAINT_FILE, refresh_taint, taint, taint_text, write_taint
 from envcheck.health.taint import Basis, TaintInterval
 from envcheck.store import Store, open_store
 from envcheck.store.retention import Retention
@@ -67,14 +67,16 @@ class Recorder:
     def __init__(self, store: Store) -> None:
         self.store, self.ids = store, dict[str, list[int]]()
         self.run = store.start_run("test", [])
+        self.results: list[ProbeResult] = []
 
     def result(self, env_id: str, hours: float, kind: ProbeKind = T, status: Status = P,
                reason: Reason = Reason.OK, digest: str = A) -> int:
-        environment = ENVS[env_id]
-        rid = self.store.record(self.run, ProbeResult(
+        result = ProbeResult(
             env_id=env_id, kind=kind, status=status, reason=reason, summary=f"{kind} {status}",
-            duration_s=0.5, image_digest=digest, spec_hash=environment.spec_hash(kind),
-            started_at=at(hours)))
+            duration_s=0.5, image_digest=digest, spec_hash=ENVS[env_id].spec_hash(kind),
+            started_at=at(hours))
+        rid = self.store.record(self.run, result)
+        self.results.append(result)
         self.ids.setdefault(env_id, []).append(rid)
         return rid
 
@@ -269,15 +271,33 @@ def test_the_export_is_written_with_the_others_and_follows_every_window(
     # the interval of the old one (its dependencies stay broken: no state moves)
     r = Recorder(store)
     r.result("t-twokinds", 20, digest=B)
-    outcome = assess_cycle(store, r.run, [ENVS["t-twokinds"]], [], {}, export_dir=exports)
+    outcome = assess_cycle(store, r.run, [ENVS["t-twokinds"]], r.results, {},
+                           export_dir=exports)
     assert outcome.transitions == []
     closed = next(x for x in lines(path) if x["env_id"] == "t-twokinds")
     assert closed["end"] == at(20).isoformat()
-    assert lines(path) == [i.to_json() for i in taint(store)]
+    # the window's environments brought up to date, the others kept: the whole file's text
+    assert path.read_text(encoding="utf-8") == taint_text(taint(store))
+    # a window with a transition: t-degraded fails again and is quarantined
+    r = Recorder(store)
+    r.result("t-degraded", 21, status=F, reason=Reason.SHELL_SLOW)
+    outcome = assess_cycle(store, r.run, [ENVS["t-degraded"]], r.results, {},
+                           export_dir=exports)
+    assert [t.new_state for t in outcome.transitions] == ["flaky"]
+    [flaky] = [x for x in lines(path) if x["env_id"] == "t-degraded"]
+    assert (flaky["start"], flaky["end"], flaky["basis"]) == \
+        (at(1).isoformat(), None, "first_failure")
+    assert path.read_text(encoding="utf-8") == taint_text(taint(store))
     # nothing changed: not rewritten
     assert write_taint(store, exports) is False
+    assert refresh_taint(store, exports, ["t-twokinds", "e-ok"]) is False
+    # missing or not ours: written whole
     path.unlink()
-    assert write_taint(store, exports) is True and path.exists()
+    assert refresh_taint(store, exports, ["e-ok"]) is True
+    assert path.read_text(encoding="utf-8") == taint_text(taint(store))
+    path.write_text("not json\n", encoding="utf-8")
+    assert refresh_taint(store, exports, []) is True
+    assert path.read_text(encoding="utf-8") == taint_text(taint(store))
     assert not list(exports.glob(".taint.jsonl.*"))  # no temporary file left behind
 
 

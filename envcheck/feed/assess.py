@@ -16,7 +16,7 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.results import Previous, ProbeResult, Reason, Status
 from envcheck.core.states import EnvState
 from envcheck.feed.exports import default_export_dir, write_exports
-from envcheck.feed.taint import write_taint
+from envcheck.feed.taint import refresh_taint
 from envcheck.health.quarantine import QuarantineEntry, Source, Transition, decide, manual
 from envcheck.health.sprt import EnvHealth, HealthPolicy, assess_env
 from envcheck.store import Store
@@ -171,11 +171,15 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
     directory = export_dir or default_export_dir()
     # exports change only with a transition (or a first run); rewriting 10,000-line files
     # every window would cost a second for nothing. Taint can change without one (a new
-    # digest closes an interval): its file follows every window, written when it changed.
-    if transitions or not (directory / "quarantine.json").exists():
+    # digest closes an interval): its file follows every window, for the window's
+    # environments (reading the fleet's whole history each window would cost seconds).
+    moved = {r.env_id for r in results} | {t.env_id for t in transitions}
+    if not (directory / "quarantine.json").exists():
         write_exports(store, directory)
+    elif transitions:
+        write_exports(store, directory, taint_of=moved)
     else:
-        write_taint(store, directory)
+        refresh_taint(store, directory, moved)
     return CycleOutcome(incident, transitions)
 
 

@@ -4,11 +4,10 @@ evidence points at, as plain frozen values (the health model's :mod:`envcheck.he
 turns them into intervals; the store holds no policy, so the caller names the states and
 reasons that matter).
 
-**One pass per read.** The environments concerned are found first, in one statement (those a
-transition or the stored state ever put in one of the named states or reasons); every other
-read is one statement per 500 of them (SQLite's limit of bound parameters), never one per
-environment, all in one snapshot: a prune folding results meanwhile is seen whole or not at
-all.
+**One pass per read.** The environments concerned are those a transition or the stored state
+ever put in one of the named states or reasons; every read takes them as a subquery, so each
+is one statement whatever their number (never one per environment, nor per batch of ids),
+all in one snapshot: a prune folding results meanwhile is seen whole or not at all.
 
 What the prune leaves (:mod:`envcheck.store.prune`): every result a transition or a
 quarantine cites, the health model's window, failures for ``others_days``; older results
@@ -26,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Select,
     String,
     and_,
     case,
@@ -51,10 +51,11 @@ from envcheck.store.core_tables import (
 from envcheck.store.tables.rollups import RollupPeriod
 from envcheck.store.views.common import PageViews, like_pattern
 
-__all__ = ["DigestFolded", "EnvTaintFacts", "FailingHour", "IdentitySeen", "StateFact",
-           "SuspectResult", "TaintViews", "TransitionFact"]
+__all__ = ["MAX_IDS", "DigestFolded", "EnvTaintFacts", "FailingHour", "IdentitySeen",
+           "StateFact", "SuspectResult", "TaintViews", "TransitionFact"]
 
-_IDS_BATCH = 500  # environment ids per IN list: under SQLite's limit of bound parameters
+MAX_IDS = 500  # environment ids one read names: under SQLite's limit of bound parameters
+
 _FAILING = ("fail", "flaky")
 _PASS = "pass"
 
@@ -165,47 +166,29 @@ class TaintViews(PageViews):
     """Taint's reads: needs what :class:`PageViews` needs."""
 
     def taint_facts(self, *, states: Collection[str], reasons: Collection[str],
-                    suite: str | None = None, env_id: str | None = None
+                    suite: str | None = None, env_ids: Collection[str] | None = None
                     ) -> list[EnvTaintFacts]:
-        """The facts of every environment (of ``suite``, or only ``env_id``) that a transition
-        or its stored state ever put in one of ``states`` (or quarantined, or degraded with a
-        reason naming one of ``reasons``), by id."""
+        """The facts of every environment (of ``suite``, of ``env_ids`` if given: at most
+        :data:`MAX_IDS`) that a transition or its stored state ever put in one of ``states``
+        (or quarantined, or degraded with a reason naming one of ``reasons``), by id."""
+        if env_ids is not None and len(env_ids) > MAX_IDS:
+            raise ValueError(f"{len(env_ids)} environment ids: at most {MAX_IDS} a read")
+        concerned = _concerned(states, reasons, suite, env_ids)
         with self.snapshot() as conn:
-            envs = self._taint_envs(conn, states, reasons, suite, env_id)
+            envs = {i: su for i, su in conn.execute(concerned)}
             if not envs:
                 return []
+            ids = select(concerned.subquery().c.id)
             incidents = frozenset(r for (r,) in conn.execute(select(INCIDENTS.c.run_id)))
             parts: dict[str, dict[str, Any]] = {e: {} for e in envs}
-            ids = sorted(envs)
-            for start in range(0, len(ids), _IDS_BATCH):
-                self._read_batch(conn, ids[start:start + _IDS_BATCH], reasons, parts)
+            self._read_record(conn, ids, parts)
+            self._read_results(conn, ids, reasons, parts)
+            self._read_rollouts(conn, ids, parts)
         return [EnvTaintFacts(env_id=e, suite=envs[e], incident_runs=incidents, **parts[e])
-                for e in ids]
+                for e in sorted(envs)]
 
-    def _taint_envs(self, conn: Connection, states: Collection[str], reasons: Collection[str],
-                    suite: str | None, env_id: str | None) -> dict[str, str]:
-        """Environment id -> suite, of those concerned (one statement)."""
-        def named(column: Any) -> Any:
-            return or_(false(), *(column.like(like_pattern(r), escape="\\") for r in reasons))
-
-        t, s = TRANSITIONS, STATES
-        ever = select(t.c.env_id).where(or_(
-            t.c.new_state.in_(list(states)), t.c.quarantined == true(),
-            and_(t.c.new_state == "degraded", named(t.c.reason))))
-        now = select(s.c.env_id).where(or_(
-            s.c.state.in_(list(states)), s.c.quarantined == true(),
-            and_(s.c.state == "degraded",
-                 or_(named(s.c.reason), named(cast(s.c.kinds, String))))))
-        query = select(ENVS.c.id, ENVS.c.suite).where(ENVS.c.id.in_(union(ever, now)))
-        if suite is not None:
-            query = query.where(ENVS.c.suite == suite)
-        if env_id is not None:
-            query = query.where(ENVS.c.id == env_id)
-        return {i: su for i, su in conn.execute(query)}
-
-    def _read_batch(self, conn: Connection, ids: list[str], reasons: Collection[str],
-                    parts: dict[str, dict[str, Any]]) -> None:
-        """The facts of these environments into ``parts`` (one statement per read)."""
+    def _read_record(self, conn: Connection, ids: Select[Any],
+                     parts: dict[str, dict[str, Any]]) -> None:
         t = TRANSITIONS
         rows = conn.execute(select(t).where(t.c.env_id.in_(ids))
                             .order_by(t.c.env_id, t.c.at, t.c.id))
@@ -218,10 +201,8 @@ class TaintViews(PageViews):
                 r.state, r.reason, bool(r.quarantined), r.q_source, r.q_since, r.q_reason,
                 tuple(int(i) for i in r.q_evidence or ()), r.image_digest, dict(r.kinds or {}),
                 dict(r.rollouts) if r.rollouts is not None else None, r.updated_at)
-        self._read_results(conn, ids, reasons, parts)
-        self._read_rollouts(conn, ids, parts)
 
-    def _read_results(self, conn: Connection, ids: list[str], reasons: Collection[str],
+    def _read_results(self, conn: Connection, ids: Select[Any], reasons: Collection[str],
                       parts: dict[str, dict[str, Any]]) -> None:
         r = RESULTS
         suspects = (select(r.c.id, r.c.env_id, r.c.kind, r.c.status, r.c.reason,
@@ -247,7 +228,7 @@ class TaintViews(PageViews):
         _put(parts, "folded", ((e, DigestFolded(k, _digest(d), first, passed))
                                for e, k, d, first, passed in conn.execute(folded)))
 
-    def _read_rollouts(self, conn: Connection, ids: list[str],
+    def _read_rollouts(self, conn: Connection, ids: Select[Any],
                        parts: dict[str, dict[str, Any]]) -> None:
         o = ROLLOUTS
         failing = (select(o.c.env_id, o.c.hour, o.c.image_digest, func.sum(o.c.count),
@@ -263,6 +244,28 @@ class TaintViews(PageViews):
                    .group_by(o.c.env_id, o.c.image_digest))
         for e, d, first in conn.execute(digests):
             parts[e].setdefault("rollout_digests", {})[d] = first
+
+
+def _concerned(states: Collection[str], reasons: Collection[str], suite: str | None,
+               env_ids: Collection[str] | None) -> Select[Any]:
+    """The environments concerned (id, suite): every read takes its ids as a subquery, so
+    each is one statement the database joins, whatever their number."""
+    def named(column: Any) -> Any:
+        return or_(false(), *(column.like(like_pattern(r), escape="\\") for r in reasons))
+
+    t, s = TRANSITIONS, STATES
+    ever = select(t.c.env_id).where(or_(
+        t.c.new_state.in_(list(states)), t.c.quarantined == true(),
+        and_(t.c.new_state == "degraded", named(t.c.reason))))
+    now = select(s.c.env_id).where(or_(
+        s.c.state.in_(list(states)), s.c.quarantined == true(),
+        and_(s.c.state == "degraded", or_(named(s.c.reason), named(cast(s.c.kinds, String))))))
+    query = select(ENVS.c.id, ENVS.c.suite).where(ENVS.c.id.in_(union(ever, now)))
+    if suite is not None:
+        query = query.where(ENVS.c.suite == suite)
+    if env_ids is not None:
+        query = query.where(ENVS.c.id.in_(sorted(env_ids)))
+    return query
 
 
 def _put(parts: dict[str, dict[str, Any]], name: str, rows: Iterable[tuple[str, Any]]) -> None:
