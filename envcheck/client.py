@@ -35,6 +35,9 @@ environment detail) and the mutations raise :class:`EnvcheckUnavailable` in both
 
 Mutations send the bearer token (never logged; not part of ``repr``) and are retried like
 reads: adding or releasing twice is harmless (the second answers ``changed: false``).
+
+:meth:`EnvcheckClient.rollouts` gives a trainer a reporter of its rollouts that never blocks
+its step (:mod:`envcheck.client_rollouts`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from tenacity import (
     wait_random,
 )
 
+from envcheck.client_rollouts import ReporterStats, RolloutReporter
 from envcheck.core.errors import EnvcheckError
 
 __all__ = [
@@ -67,6 +71,8 @@ __all__ = [
     "EnvcheckUnavailable",
     "FailMode",
     "QuarantinedEnvironment",
+    "ReporterStats",
+    "RolloutReporter",
     "TaintedInterval",
 ]
 
@@ -165,6 +171,7 @@ class EnvcheckClient:
             # No proxies or .netrc from the environment: .netrc would even replace our token.
             self._session.trust_env = False
         self._kept: dict[str, _Kept] = {}
+        self._reporters: list[RolloutReporter] = []
 
     def __repr__(self) -> str:
         return (f"EnvcheckClient({self.base_url!r}, fail_mode={self.fail_mode!r}, "
@@ -235,6 +242,16 @@ class EnvcheckClient:
                            ) -> dict[str, Any]:
         """Release by hand (needs the token); returns the server's answer."""
         return self._change("DELETE", env_id, reason, actor)
+
+    def rollouts(self, producer: str | None = None, **options: Any) -> RolloutReporter:
+        """A reporter of the trainer's rollouts to this envcheck (needs the token), with this
+        client's timeouts and backoff; ``producer`` names the run (default: a fresh id), the
+        options are :class:`RolloutReporter`'s. Closing the client closes it too."""
+        options.setdefault("timeout", self.timeout)
+        options.setdefault("backoff_s", self._backoff)
+        reporter = RolloutReporter(self.base_url, self._token, producer, **options)
+        self._reporters.append(reporter)
+        return reporter
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -335,6 +352,8 @@ class EnvcheckClient:
             return None
 
     def close(self) -> None:
+        for reporter in self._reporters:
+            reporter.close()
         if self._own_session:
             self._session.close()
 

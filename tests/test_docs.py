@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from envcheck.core.results import REASON_DOCS, Reason, Status
+from envcheck.core.rollouts import OUTCOME_DOCS, Outcome
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -12,6 +13,12 @@ def test_every_reason_code_is_documented() -> None:
     assert set(REASON_DOCS) == set(Reason)
     for reason, doc in REASON_DOCS.items():
         assert f"| `{reason}` | {doc} |" in README, reason
+
+
+def test_every_rollout_outcome_is_documented() -> None:
+    assert set(OUTCOME_DOCS) == set(Outcome)
+    for outcome, doc in OUTCOME_DOCS.items():
+        assert f"| `{outcome}` | {doc} |" in README, outcome
 
 
 def test_every_status_is_documented() -> None:

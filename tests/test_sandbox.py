@@ -169,12 +169,17 @@ def test_endless_flood_hits_the_hard_limit(runtime: DockerRuntime) -> None:
 
 
 def _cgroup_pids(container_id: str) -> int | None:
-    for path in glob.glob(f"/sys/fs/cgroup/pids/**/{container_id}*/pids.current", recursive=True):
-        with open(path) as f:
-            return int(f.read())
-    for path in glob.glob(f"/sys/fs/cgroup/**/*{container_id}*/pids.current", recursive=True):
-        with open(path) as f:
-            return int(f.read())
+    """The container's pid count, or None once its cgroup is gone (a command killed at its
+    timeout takes its whole container with it, possibly between the glob and the read)."""
+    patterns = (f"/sys/fs/cgroup/pids/**/{container_id}*/pids.current",
+                f"/sys/fs/cgroup/**/*{container_id}*/pids.current")
+    for pattern in patterns:
+        for path in glob.glob(pattern, recursive=True):
+            try:
+                with open(path) as f:
+                    return int(f.read())
+            except (FileNotFoundError, ValueError):
+                return None
     return None
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["DURATION_NAMES", "ENVIRONMENT_OUTCOMES", "OUTCOME_DOCS", "TRAINER_OUTCOMES",
-           "Outcome", "Rollout"]
+__all__ = ["DURATION_NAMES", "ENVIRONMENT_OUTCOMES", "MAX_BATCH_RECORDS", "MAX_DIGEST_LENGTH",
+           "MAX_ENV_ID_LENGTH", "MAX_PRODUCER_LENGTH", "MAX_SEQ", "OUTCOME_DOCS",
+           "TRAINER_OUTCOMES", "Outcome", "Rollout"]
 
 
 class Outcome(StrEnum):
@@ -49,6 +50,14 @@ OUTCOME_DOCS: dict[Outcome, str] = {
 
 # The durations a record may carry (seconds); the store keeps a sum and a count of each.
 DURATION_NAMES: tuple[str, ...] = ("sandbox_start_s", "agent_s", "verifier_s")
+
+# The wire record's limits: the ingest validates them (envcheck.rollouts), the client's
+# reporter checks them when a record is reported, so that one bad record never costs a batch.
+MAX_ENV_ID_LENGTH = 512
+MAX_PRODUCER_LENGTH = 256
+MAX_DIGEST_LENGTH = 256
+MAX_SEQ = 2**62
+MAX_BATCH_RECORDS = 20_000
 
 
 @dataclass(frozen=True, slots=True)

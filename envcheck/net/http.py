@@ -8,14 +8,12 @@ it into ``checker_crashed``.
 
 from __future__ import annotations
 
-import email.utils
 import errno
 import http.client
 import json
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
@@ -24,6 +22,7 @@ import urllib3.exceptions as u3
 from envcheck.catalogue.datasources import DataSource
 from envcheck.core.clock import Clock
 from envcheck.core.results import Reason
+from envcheck.core.retry_after import parse_retry_after
 from envcheck.net.secrets import auth_header
 
 __all__ = [
@@ -94,20 +93,6 @@ def new_session() -> requests.Session:
     session = requests.Session()
     session.trust_env = False
     return session
-
-
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max((when - now).total_seconds(), 0.0) if when.tzinfo else None
 
 
 def send(session: requests.Session, request: HttpRequest, clock: Clock) -> Attempt:

@@ -11,13 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import TypeAdapter, ValidationError
 
-from envcheck.core.rollouts import Rollout
+from envcheck.core.rollouts import MAX_BATCH_RECORDS, Rollout
 from envcheck.rollouts.records import RolloutRecord
 
 __all__ = ["MAX_BODY_BYTES", "MAX_RECORDS", "MAX_SKEW", "BatchError", "read_batch"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # decompressed
-MAX_RECORDS = 20_000
+MAX_RECORDS = MAX_BATCH_RECORDS
 MAX_SKEW = timedelta(hours=1)  # how far in the future a record's time may be (clock skew)
 _ARRAY = TypeAdapter(list[RolloutRecord])
 

@@ -7,7 +7,14 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeFloat
 
-from envcheck.core.rollouts import Outcome, Rollout
+from envcheck.core.rollouts import (
+    MAX_DIGEST_LENGTH,
+    MAX_ENV_ID_LENGTH,
+    MAX_PRODUCER_LENGTH,
+    MAX_SEQ,
+    Outcome,
+    Rollout,
+)
 
 __all__ = ["Durations", "RolloutRecord"]
 
@@ -31,12 +38,13 @@ class RolloutRecord(BaseModel):
 
     model_config = _STRICT
 
-    env_id: str = Field(min_length=1, max_length=512)
+    env_id: str = Field(min_length=1, max_length=MAX_ENV_ID_LENGTH)
     at: AwareDatetime
-    producer: str = Field(min_length=1, max_length=256)
-    seq: int = Field(ge=0, le=2**62)
+    producer: str = Field(min_length=1, max_length=MAX_PRODUCER_LENGTH)
+    seq: int = Field(ge=0, le=MAX_SEQ)
     outcome: Outcome
-    image_digest: str | None = Field(default=None, min_length=1, max_length=256)
+    image_digest: str | None = Field(default=None, min_length=1,
+                                     max_length=MAX_DIGEST_LENGTH)
     reward: float | None = Field(default=None, allow_inf_nan=False)
     durations: Durations | None = None
 
