@@ -110,9 +110,7 @@ def report(infos: list[dict[str, Any]]) -> str:
                          f"{percentile(values, 0.99):>9.1f}")
     lines.append("")
     for info in infos:
-        build = info["build"]
-        built = "cached" if build == "cached" else \
-            ", ".join(f"{k} {v:.1f}" for k, v in build.items())
+        built = fleetcache.built_text(info["build"])
         lines.append(f"{info['backend']}: {info['environments_read']} environments read in "
                      f"{info['statements']} statements; {info['intervals']} intervals "
                      f"({info['open']} open) {info['by_basis']}; taint.jsonl "

@@ -11,6 +11,7 @@ from typing import Any
 
 from envcheck.health.taint import Basis, TaintInterval, overlapping, taint_intervals
 from envcheck.health.trust import IMAGE_REASONS, UNTRUSTED_REASONS, kind_reason
+from envcheck.store.tables.states import Transition
 from envcheck.store.views.taint import (
     DigestFolded,
     EnvTaintFacts,
@@ -18,7 +19,6 @@ from envcheck.store.views.taint import (
     IdentitySeen,
     StateFact,
     SuspectResult,
-    TransitionFact,
 )
 
 T0 = datetime(2026, 3, 2, 8, tzinfo=UTC)
@@ -31,9 +31,11 @@ def at(hours: float) -> datetime:
 
 def change(n: int, hours: float, old: str, new: str, reason: str, *, quarantined: bool,
            evidence: Sequence[int] = (), digest: str | None = A, actor: str = "envcheck",
-           was: bool | None = None) -> TransitionFact:
-    return TransitionFact(n, at(hours), old, new, quarantined if was is None else was,
-                          quarantined, actor, reason, tuple(evidence), digest)
+           was: bool | None = None) -> Transition:
+    return Transition(id=n, env_id="env-1", at=at(hours), old_state=old, new_state=new,
+                      was_quarantined=quarantined if was is None else was,
+                      quarantined=quarantined, actor=actor, reason=reason,
+                      evidence=list(evidence), image_digest=digest)
 
 
 def failed(n: int, hours: float, kind: str = "terminal", reason: str = "tool_missing", *,

@@ -55,7 +55,8 @@ from envcheck.health.taint_record import (
     untrusted_now,
 )
 from envcheck.health.trust import IMAGE_KINDS, IMAGE_REASONS, ROLLOUTS_KIND
-from envcheck.store.views.taint import EnvTaintFacts, TransitionFact
+from envcheck.store.tables.states import Transition
+from envcheck.store.views.taint import EnvTaintFacts
 
 __all__ = ["EVIDENCE_SHOWN", "Basis", "TaintInterval", "overlapping", "taint_intervals"]
 
@@ -195,11 +196,13 @@ def _manual_intervals(facts: EnvTaintFacts, walk: Record) -> list[TaintInterval]
     if state is not None and state.quarantined and state.q_source == str(Source.MANUAL) \
             and state.q_since is not None and not any(end is None for _, end in periods):
         # quarantined by hand with no transition to show it: from when the state says
-        periods.append((TransitionFact(0, state.q_since, state.state, state.state, True, True,
-                                       "", state.q_reason or "", state.q_evidence,
-                                       state.image_digest), None))
+        periods.append((Transition(
+            id=0, env_id=facts.env_id, at=state.q_since, old_state=state.state,
+            new_state=state.state, was_quarantined=True, quarantined=True, actor="",
+            reason=state.q_reason or "", evidence=list(state.q_evidence),
+            image_digest=state.image_digest), None))
     return [TaintInterval(facts.env_id, facts.suite, t.at, end, t.image_digest, None, t.reason,
-                          Basis.MANUAL, t.at, t.evidence) for t, end in periods]
+                          Basis.MANUAL, t.at, tuple(t.evidence)) for t, end in periods]
 
 
 def taint_intervals(facts: EnvTaintFacts) -> list[TaintInterval]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from envcheck.core.states import EnvState
 from envcheck.health.quarantine import AUTO_ACTOR, Source
+from envcheck.health.sprt import parse_at
 from envcheck.health.trust import (
     PROBE_KINDS,
     ROLLOUT_FAILURES,
@@ -22,7 +23,8 @@ from envcheck.health.trust import (
     kind_reason,
 )
 from envcheck.store.feed import RETIRED
-from envcheck.store.views.taint import EnvTaintFacts, StateFact, SuspectResult, TransitionFact
+from envcheck.store.tables.states import Transition
+from envcheck.store.views.taint import EnvTaintFacts, StateFact, SuspectResult
 
 __all__ = ["Evidence", "Finding", "Record", "Stretch", "change_findings", "current_findings",
            "read_record"]
@@ -37,7 +39,7 @@ class Stretch:
 
     opened: datetime | None
     closed: datetime | None = None
-    changes: list[TransitionFact] = field(default_factory=list)
+    changes: list[Transition] = field(default_factory=list)
     current: bool = False
 
 
@@ -60,11 +62,11 @@ class Record:
     """The record read in order: the stretches, and a person's quarantines."""
 
     stretches: list[Stretch] = field(default_factory=list)
-    manual: list[tuple[TransitionFact, datetime | None]] = field(default_factory=list)
+    manual: list[tuple[Transition, datetime | None]] = field(default_factory=list)
     retired: bool = False  # left the catalogue: its stored state is how it left
 
 
-def read_record(transitions: Sequence[TransitionFact]) -> Record:
+def read_record(transitions: Sequence[Transition]) -> Record:
     """The untrusted stretches (flaky, broken, quarantined by envcheck, degraded for a reason
     that taints) and a person's quarantines, from the transitions in any order. A person's
     change moves only the quarantine: the health it leaves is the last envcheck said."""
@@ -72,8 +74,8 @@ def read_record(transitions: Sequence[TransitionFact]) -> Record:
     state, code, quarantined, manual = str(EnvState.UNKNOWN), None, False, False
     manual_when_retired = False
     open_stretch: Stretch | None = None
-    open_manual: TransitionFact | None = None
-    for t in sorted(transitions, key=lambda t: (t.at, t.id)):
+    open_manual: Transition | None = None
+    for t in sorted(transitions, key=lambda t: (t.at, t.id or 0)):
         if t.new_state == RETIRED:
             manual_when_retired, state, quarantined, manual = manual, RETIRED, False, False
         elif t.old_state == RETIRED:  # back, as it left
@@ -132,15 +134,6 @@ def _rollouts_flagged(state: StateFact) -> bool:
     parsed = kind_reason(state.reason)
     return (parsed is not None and parsed[1] == ROLLOUT_FAILURES and state.state
             != str(EnvState.HEALTHY)) or bool((state.rollouts or {}).get("flagged"))
-
-
-def _at(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 # --- what each stretch's evidence says -----------------------------------------------------
@@ -209,7 +202,7 @@ class Evidence:
                    default=None)
 
 
-def change_findings(t: TransitionFact, ev: Evidence) -> list[Finding]:
+def change_findings(t: Transition, ev: Evidence) -> list[Finding]:
     """What one of envcheck's transitions in an untrusted stretch says: the results it cites
     (per identity), and the reason it names when it cites none of that kind."""
     if t.actor != AUTO_ACTOR:
@@ -259,9 +252,9 @@ def current_findings(state: StateFact, ev: Evidence, stretch: Stretch) -> list[F
     if _rollouts_flagged(state) or any(name == ROLLOUTS_KIND for name, _ in
                                        _kinds_untrusted(state)):
         said = state.rollouts or {}
-        decided = stretch.opened or _at(said.get("flagged_at")) or state.updated_at
+        decided = stretch.opened or parse_at(said.get("flagged_at")) or state.updated_at
         if decided is not None:
             out.append(Finding(ROLLOUTS_KIND, ROLLOUT_FAILURES, decided,
                                said.get("image_digest"), None, (),
-                               _at(said.get("first_failure_at")), state.image_digest))
+                               parse_at(said.get("first_failure_at")), state.image_digest))
     return out

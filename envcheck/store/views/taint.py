@@ -1,8 +1,8 @@
 """The reads taint needs (mixed into ``Store``): for each environment whose record ever showed
-an untrusted state, its transitions, its stored state, the results and rollout counters its
-evidence points at, as plain frozen values (the health model's :mod:`envcheck.health.taint`
-turns them into intervals; the store holds no policy, so the caller names the states and
-reasons that matter).
+an untrusted state, its transitions (the store's own records), its stored state, the results
+and rollout counters its evidence points at, as plain frozen values (the health model's
+:mod:`envcheck.health.taint` turns them into intervals; the store holds no policy, so the
+caller names the states and reasons that matter).
 
 **One pass per read.** The environments concerned are those a transition or the stored state
 ever put in one of the named states or reasons; every read takes them as a subquery, so each
@@ -49,31 +49,16 @@ from envcheck.store.core_tables import (
     TRANSITIONS,
 )
 from envcheck.store.tables.rollups import RollupPeriod
+from envcheck.store.tables.states import Transition
 from envcheck.store.views.common import PageViews, like_pattern
 
 __all__ = ["MAX_IDS", "DigestFolded", "EnvTaintFacts", "FailingHour", "IdentitySeen",
-           "StateFact", "SuspectResult", "TaintViews", "TransitionFact"]
+           "StateFact", "SuspectResult", "TaintViews"]
 
 MAX_IDS = 500  # environment ids one read names: under SQLite's limit of bound parameters
 
 _FAILING = ("fail", "flaky")
 _PASS = "pass"
-
-
-@dataclass(frozen=True, slots=True)
-class TransitionFact:
-    """A stored transition, as taint reads it."""
-
-    id: int
-    at: datetime
-    old_state: str
-    new_state: str
-    was_quarantined: bool
-    quarantined: bool
-    actor: str
-    reason: str
-    evidence: tuple[int, ...] = ()
-    image_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +132,7 @@ class EnvTaintFacts:
 
     env_id: str
     suite: str
-    transitions: tuple[TransitionFact, ...] = ()  # oldest first
+    transitions: tuple[Transition, ...] = ()  # oldest first
     state: StateFact | None = None
     suspects: tuple[SuspectResult, ...] = ()
     identities: tuple[IdentitySeen, ...] = ()
@@ -192,10 +177,7 @@ class TaintViews(PageViews):
         t = TRANSITIONS
         rows = conn.execute(select(t).where(t.c.env_id.in_(ids))
                             .order_by(t.c.env_id, t.c.at, t.c.id))
-        _put(parts, "transitions", ((r.env_id, TransitionFact(
-            r.id, r.at, r.old_state, r.new_state, bool(r.was_quarantined), bool(r.quarantined),
-            r.actor, r.reason, tuple(int(i) for i in r.evidence or ()), r.image_digest))
-            for r in rows))
+        _put(parts, "transitions", ((r.env_id, Transition(**r._mapping)) for r in rows))
         for r in conn.execute(select(STATES).where(STATES.c.env_id.in_(ids))):
             parts[r.env_id]["state"] = StateFact(
                 r.state, r.reason, bool(r.quarantined), r.q_source, r.q_since, r.q_reason,
