@@ -355,6 +355,13 @@ def test_the_api_answers_what_the_feed_says(seeded: Seeded,
     assert again.status_code == 304
     recent = http.get(f"{url}/v1/taint", params={"since": "30d"}, timeout=(2, 30)).json()
     assert recent["count"] == doc["count"]
+    # cached like the lists, but a transition shows at once
+    set_quarantine_by_id(seeded.store, "e-ok", add=True, actor="carol", reason="odd rewards",
+                         now=at(40))
+    moved = http.get(f"{url}/v1/taint", params={"since": "30d"}, timeout=(2, 30)).json()
+    assert moved["count"] == doc["count"] + 1
+    assert [(i["basis"], i["reason"]) for i in moved["intervals"] if i["env_id"] == "e-ok"] \
+        == [("manual", "odd rewards")]
 
 
 @pytest.mark.parametrize(("path", "params", "status", "error", "field"), [

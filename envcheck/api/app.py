@@ -91,7 +91,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
     app.include_router(quarantine.listing(store, cache))
     app.include_router(incidents.router(store))
     app.include_router(environments.router(store, clock))
-    app.include_router(taint.router(store, clock))
+    app.include_router(taint.router(store, cache))
     app.include_router(quarantine.changes(store, authorizer(token), export_dir))
     app.include_router(rollouts.router(store, authorizer(token)))
     return app

@@ -1,5 +1,6 @@
-"""Taint: the intervals in which environments' rewards could not be trusted (never cached:
-a new result can close one without a transition).
+"""Taint: the intervals in which environments' rewards could not be trusted, cached like the
+lists (:class:`~envcheck.api.cache.ResponseCache`): a transition shows at once, a change
+without one (a new digest's first result closes an interval) within ``cache_ttl_s``.
 
 ``GET /v1/taint?since=&until=&suite=`` for the fleet (or a suite) and
 ``GET /v1/environments/{env_id}/taint?since=&until=`` for one environment: the intervals that
@@ -11,13 +12,12 @@ suite or environment a 404.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from envcheck.api.cache import conditional, render
+from envcheck.api.cache import ResponseCache, conditional
 from envcheck.api.models import FieldError, TaintIntervalOut, TaintOut
 from envcheck.api.problems import NOT_FOUND, ApiProblem
 from envcheck.api.routes.suites import unknown_suite
@@ -42,18 +42,21 @@ def _window(since: str | None, until: str | None) -> tuple[datetime | None, date
                        type="value_error")]) from None
 
 
-def router(store: Store, clock: Callable[[], float]) -> APIRouter:
+def router(store: Store, cache: ResponseCache) -> APIRouter:
     routes = APIRouter()
 
     def answer(request: Request, since: datetime | None, until: datetime | None,
                suite: str | None = None, env_id: str | None = None) -> Response:
         generation = store.generation()
-        found = taint(store, since=since, until=until, suite=suite, env_id=env_id)
-        doc = TaintOut(generation=generation, since=since, until=until, count=len(found),
-                       intervals=[TaintIntervalOut.of(i) for i in found])
+
+        def build() -> bytes:
+            found = taint(store, since=since, until=until, suite=suite, env_id=env_id)
+            doc = TaintOut(generation=generation, since=since, until=until, count=len(found),
+                           intervals=[TaintIntervalOut.of(i) for i in found])
+            return doc.model_dump_json().encode()
+
         key = f"{request.url.path}?{request.url.query}"
-        return conditional(request, render(key, generation, doc.model_dump_json().encode(),
-                                            clock()))
+        return conditional(request, cache.get(key, generation, build))
 
     @routes.get("/v1/taint", response_model=TaintOut, responses=NOT_FOUND,
                 summary="When environments' rewards could not be trusted: the samples to drop")
