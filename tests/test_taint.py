@@ -28,6 +28,7 @@ from envcheck.feed.assess import assess_cycle, evaluate, set_quarantine_by_id
 from envcheck.feed.exports import write_exports
 from envcheck.feed.taint import TAINT_FILE, refresh_taint, taint, taint_text, write_taint
 from envcheck.health.taint import Basis, TaintInterval
+from envcheck.health.trust import UNTRUSTED_REASONS, UNTRUSTED_STATES
 from envcheck.store import Store, open_store
 from envcheck.store.retention import Retention
 from envcheck.store.tables.states import TransitionRow
@@ -230,6 +231,14 @@ def test_a_window_a_suite_and_one_environment(seeded: Seeded) -> None:
     assert "t-newdigest" not in late and "t-manual" not in late and "t-released" in late
     early = {i.env_id for i in taint(store, until=at(1))}
     assert early == {"t-broken", "t-released", "t-newdigest", "t-hack", "t-twokinds"}
+    # a window reads only the environments that may matter to it, and misses none
+    every = taint(store)
+    for hours in (-1, 2.5, 3, 5.9, 6, 7, 16.5, 17, 1000):
+        assert taint(store, since=at(hours)) == [i for i in every if i.overlaps(at(hours), None)]
+    read = store.taint_facts(states=UNTRUSTED_STATES, reasons=UNTRUSTED_REASONS,
+                             active_since=at(17))
+    assert "t-released" not in {f.env_id for f in read}  # released at 16.5, nothing since
+    assert {"t-broken", "e-rollouts"} <= {f.env_id for f in read}
 
 
 def test_a_prune_changes_no_interval(store_url: str) -> None:

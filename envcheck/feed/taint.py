@@ -62,14 +62,14 @@ def taint(store: Store, *, since: datetime | None = None, until: datetime | None
           suite: str | None = None, env_id: str | None = None) -> list[TaintInterval]:
     """The tainted intervals that meet ``[since, until]`` (None: unbounded), of ``suite`` or
     of ``env_id`` alone if given, by environment and start."""
-    return [i for i in _intervals(store, suite, [env_id] if env_id is not None else None)
+    return [i for i in _intervals(store, suite, [env_id] if env_id is not None else None, since)
             if i.overlaps(since, until)]
 
 
-def _intervals(store: Store, suite: str | None = None,
-               env_ids: Collection[str] | None = None) -> list[TaintInterval]:
+def _intervals(store: Store, suite: str | None = None, env_ids: Collection[str] | None = None,
+               since: datetime | None = None) -> list[TaintInterval]:
     facts = store.taint_facts(states=UNTRUSTED_STATES, reasons=UNTRUSTED_REASONS,
-                              suite=suite, env_ids=env_ids)
+                              suite=suite, env_ids=env_ids, active_since=since)
     return [i for f in facts for i in taint_intervals(f)]
 
 

@@ -151,14 +151,19 @@ class TaintViews(PageViews):
     """Taint's reads: needs what :class:`PageViews` needs."""
 
     def taint_facts(self, *, states: Collection[str], reasons: Collection[str],
-                    suite: str | None = None, env_ids: Collection[str] | None = None
-                    ) -> list[EnvTaintFacts]:
+                    suite: str | None = None, env_ids: Collection[str] | None = None,
+                    active_since: datetime | None = None) -> list[EnvTaintFacts]:
         """The facts of every environment (of ``suite``, of ``env_ids`` if given: at most
         :data:`MAX_IDS`) that a transition or its stored state ever put in one of ``states``
-        (or quarantined, or degraded with a reason naming one of ``reasons``), by id."""
+        (or quarantined, or degraded with a reason naming one of ``reasons``), by id.
+
+        ``active_since``: only those that may have been untrusted since: a transition since
+        then (a stretch that ended after it ended with one), or a stored state that is still
+        one of ``states``, degraded or quarantined. A reader of recent intervals then reads
+        the few environments that matter, not every one the fleet's history ever flagged."""
         if env_ids is not None and len(env_ids) > MAX_IDS:
             raise ValueError(f"{len(env_ids)} environment ids: at most {MAX_IDS} a read")
-        concerned = _concerned(states, reasons, suite, env_ids)
+        concerned = _concerned(states, reasons, suite, env_ids, active_since)
         with self.snapshot() as conn:
             envs = {i: su for i, su in conn.execute(concerned)}
             if not envs:
@@ -229,7 +234,7 @@ class TaintViews(PageViews):
 
 
 def _concerned(states: Collection[str], reasons: Collection[str], suite: str | None,
-               env_ids: Collection[str] | None) -> Select[Any]:
+               env_ids: Collection[str] | None, active_since: datetime | None) -> Select[Any]:
     """The environments concerned (id, suite): every read takes its ids as a subquery, so
     each is one statement the database joins, whatever their number."""
     def named(column: Any) -> Any:
@@ -243,6 +248,11 @@ def _concerned(states: Collection[str], reasons: Collection[str], suite: str | N
         s.c.state.in_(list(states)), s.c.quarantined == true(),
         and_(s.c.state == "degraded", or_(named(s.c.reason), named(cast(s.c.kinds, String))))))
     query = select(ENVS.c.id, ENVS.c.suite).where(ENVS.c.id.in_(union(ever, now)))
+    if active_since is not None:
+        lately = select(t.c.env_id).where(t.c.at >= active_since)
+        still = select(s.c.env_id).where(or_(s.c.state.in_([*states, "degraded"]),
+                                             s.c.quarantined == true()))
+        query = query.where(ENVS.c.id.in_(union(lately, still)))
     if suite is not None:
         query = query.where(ENVS.c.suite == suite)
     if env_ids is not None:
