@@ -20,7 +20,10 @@ they name, the rollouts' flag. Each finding **reaches back** to where its eviden
   spec is older (then the spec changed there).
 - ``first_failure``: the identity's first failing result after the environment's previous
   stretch ended (a flaky kind, a data source, a failure some probes of the identity did not
-  show); results of cycles judged incidents count for nothing, as in the health model.
+  show); results of cycles judged incidents count for nothing, as in the health model. The
+  failures a decision cites and the health model's window are never pruned, so this is the
+  first the decision saw; only an older failure outside both, past the failures' retention,
+  can have gone.
 - ``first_failing_rollouts``: the first environment-caused failing rollout of the digest
   (the first hour with one, at its first record) after the previous stretch ended.
 - ``manual``: a person's quarantine, from when they added it to when they released it.
