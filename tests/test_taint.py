@@ -461,6 +461,14 @@ def test_the_cli_says_what_is_wrong_and_exits_2(seeded: Seeded, store_url: str,
     assert says in done.stderr and "Traceback" not in done.stderr
 
 
+def test_the_cli_exits_3_when_the_store_does_not_answer() -> None:
+    from tests.ports import free_port
+
+    done = cli(f"postgresql://postgres@127.0.0.1:{free_port()}/none", "--since", "1d")
+    assert done.returncode == 3
+    assert "error" in done.stderr and "Traceback" not in done.stderr
+
+
 # --- the README's trainer -------------------------------------------------------------------------
 
 
