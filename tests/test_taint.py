@@ -321,6 +321,21 @@ def test_a_manual_change_rewrites_it(seeded: Seeded, tmp_path: Path) -> None:
         ("manual", at(30).isoformat(), None)
 
 
+def test_a_quarantine_through_the_api_brings_the_file_up_to_date(seeded: Seeded,
+                                                                 tmp_path: Path) -> None:
+    exports = write_exports(seeded.store, tmp_path / "exports")
+    token = "taint-token-" + "x" * 16
+    app = create_app(seeded.store, token, export_dir=exports)
+    with serve_in_thread(app) as url, requests.Session() as http:
+        http.trust_env = False
+        answer = http.post(f"{url}/v1/quarantine/e-ok", json={"reason": "odd", "actor": "dan"},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=(2, 30))
+        assert answer.status_code == 200 and answer.json()["exports_written"]
+    [line] = [x for x in lines(exports / TAINT_FILE) if x["env_id"] == "e-ok"]
+    assert (line["basis"], line["reason"], line["end"]) == ("manual", "odd", None)
+    assert (exports / TAINT_FILE).read_text(encoding="utf-8") == taint_text(taint(seeded.store))
+
+
 # --- the API, the client, the CLI -----------------------------------------------------------------
 
 

@@ -190,7 +190,8 @@ def sync_fleet(store: Store, envs: Sequence[Environment], export_dir: Path | Non
     ids = [e.id for e in envs]
     moved = store.reinstate(ids, now) + store.retire_absent(ids, now)
     if moved:
-        write_exports(store, export_dir or default_export_dir())
+        write_exports(store, export_dir or default_export_dir(),
+                      taint_of={t.env_id for t in moved})
     return moved
 
 
