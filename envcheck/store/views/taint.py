@@ -5,9 +5,10 @@ and rollout counters its evidence points at, as plain frozen values (the health 
 caller names the states and reasons that matter).
 
 **One pass per read.** The environments concerned are those a transition or the stored state
-ever put in one of the named states or reasons; every read takes them as a subquery, so each
-is one statement whatever their number (never one per environment, nor per batch of ids),
-all in one snapshot: a prune folding results meanwhile is seen whole or not at all.
+ever put in one of the named states or reasons, found in one statement; every other read
+takes them as a subquery (or, when they are a few hundred at most, as their ids), so each is
+one statement whatever their number (never one per environment, nor per batch of ids), all
+in one snapshot: a prune folding results meanwhile is seen whole or not at all.
 
 What the prune leaves (:mod:`envcheck.store.prune`): every result a transition or a
 quarantine cites, the health model's window, failures for ``others_days``; older results
@@ -168,7 +169,9 @@ class TaintViews(PageViews):
             envs = {i: su for i, su in conn.execute(concerned)}
             if not envs:
                 return []
-            ids = select(concerned.subquery().c.id)
+            # a few: their ids as they are (each read an index lookup), else as the subquery
+            ids: Any = sorted(envs) if len(envs) <= MAX_IDS else select(
+                concerned.subquery().c.id)
             incidents = frozenset(r for (r,) in conn.execute(select(INCIDENTS.c.run_id)))
             parts: dict[str, dict[str, Any]] = {e: {} for e in envs}
             self._read_record(conn, ids, parts)
@@ -177,7 +180,7 @@ class TaintViews(PageViews):
         return [EnvTaintFacts(env_id=e, suite=envs[e], incident_runs=incidents, **parts[e])
                 for e in sorted(envs)]
 
-    def _read_record(self, conn: Connection, ids: Select[Any],
+    def _read_record(self, conn: Connection, ids: Any,
                      parts: dict[str, dict[str, Any]]) -> None:
         t = TRANSITIONS
         rows = conn.execute(select(t).where(t.c.env_id.in_(ids))
@@ -189,7 +192,7 @@ class TaintViews(PageViews):
                 tuple(int(i) for i in r.q_evidence or ()), r.image_digest, dict(r.kinds or {}),
                 dict(r.rollouts) if r.rollouts is not None else None, r.updated_at)
 
-    def _read_results(self, conn: Connection, ids: Select[Any], reasons: Collection[str],
+    def _read_results(self, conn: Connection, ids: Any, reasons: Collection[str],
                       parts: dict[str, dict[str, Any]]) -> None:
         r = RESULTS
         suspects = (select(r.c.id, r.c.env_id, r.c.kind, r.c.status, r.c.reason,
@@ -215,7 +218,7 @@ class TaintViews(PageViews):
         _put(parts, "folded", ((e, DigestFolded(k, _digest(d), first, passed))
                                for e, k, d, first, passed in conn.execute(folded)))
 
-    def _read_rollouts(self, conn: Connection, ids: Select[Any],
+    def _read_rollouts(self, conn: Connection, ids: Any,
                        parts: dict[str, dict[str, Any]]) -> None:
         o = ROLLOUTS
         failing = (select(o.c.env_id, o.c.hour, o.c.image_digest, func.sum(o.c.count),
