@@ -265,12 +265,10 @@ def report(rows: list[Row], infos: list[dict[str, Any]]) -> str:
     floors = {r.request: r for r in rows if r.backend == "floor"}
     lines.append("")
     for info in infos:
-        build = info["build"]
-        built = "cached" if build == "cached" else \
-            ", ".join(f"{k} {v:.1f}" for k, v in build.items())
         lines.append(f"{info['backend']}: {info['allowed']} allowed, excluded {info['excluded']}"
                      f", generation {info['generation']}; rebuild of the list p50 "
-                     f"{info['rebuild_ms_p50']:.1f} ms; build: {built}")
+                     f"{info['rebuild_ms_p50']:.1f} ms; build: "
+                     f"{fleetcache.built_text(info['build'])}")
     for r in rows:
         if r.request != "allowlist":
             continue

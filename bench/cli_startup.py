@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import allowlist
+import fleetcache
 from common import ROOT, host, median
 
 TARGETS_S = {"envcheck --help": 0.3, "envcheck gate": 0.5}
@@ -159,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             command.run(env)
     load_after = os.getloadavg()
 
-    built = "cached" if build == "cached" else \
-        ", ".join(f"{k} {v:.1f} s" for k, v in build.items())
+    built = fleetcache.built_text(build, " s")
     print(f"store: {args.envs} environments x {args.results_per_env} results (SQLite, "
           f"{len(listing.allowed)} allowed, {len(listing.excluded)} excluded; {built})")
     print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "

@@ -109,6 +109,13 @@ def open_built(url: str, envs: int, per_env: int, manual: int,
     return store, timings
 
 
+def built_text(build: str | dict[str, float], unit: str = "") -> str:
+    """What :func:`open_built` said of the build, for a report: "cached", or its timings."""
+    if isinstance(build, str):
+        return build
+    return ", ".join(f"{k} {v:.1f}{unit}" for k, v in build.items())
+
+
 def fleet_parser(doc: str | None) -> argparse.ArgumentParser:
     """The options of a bench over cached fleets: their size, the backends, a rebuild, and
     where the numbers go."""

@@ -51,7 +51,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import requests
 from tenacity import (
@@ -73,6 +73,7 @@ __all__ = [
     "QuarantinedEnvironment",
     "ReporterStats",
     "RolloutReporter",
+    "TaintedInterval",
 ]
 
 log = logging.getLogger("envcheck.client")
@@ -110,6 +111,30 @@ class QuarantinedEnvironment:
     reason: str
     since: datetime | None
     evidence: tuple[int, ...]  # ids of the probe results that decided
+
+
+@dataclass(frozen=True, slots=True)
+class TaintedInterval:
+    """When an environment's rewards could not be trusted: drop, relabel or replay the
+    samples taken in ``[start, end)`` (``end`` None: still)."""
+
+    env_id: str
+    suite: str
+    start: datetime
+    end: datetime | None
+    image_digest: str | None
+    kind: str | None  # the probe kind, "rollouts", or None: a person's quarantine
+    reason: str
+    basis: str  # identity | first_failure | first_failing_rollouts | manual
+    flagged_at: datetime
+    evidence: tuple[int, ...]  # ids of the probe results that show it
+
+    def covers(self, at: datetime) -> bool:
+        """Is a sample taken at ``at`` (timezone-aware) inside?"""
+        return self.start <= at and (self.end is None or at < self.end)
+
+
+Moment = datetime | str  # a time, an age ("24h", "7d") or an ISO 8601 date or time
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +221,18 @@ class EnvcheckClient:
             f"/v1/environments/{quote(env_id, safe='')}?history={history}")
         return body
 
+    def taint(self, env_id: str, since: Moment | None = None, until: Moment | None = None
+              ) -> list[TaintedInterval]:
+        """The tainted intervals of one environment that meet ``[since, until]``."""
+        return self._taint(f"/v1/environments/{quote(env_id, safe='')}/taint",
+                           {"since": since, "until": until})
+
+    def taint_all(self, suite: str | None = None, since: Moment | None = None,
+                  until: Moment | None = None) -> list[TaintedInterval]:
+        """The tainted intervals of every environment (of ``suite``) that meet
+        ``[since, until]``, by environment and start."""
+        return self._taint("/v1/taint", {"suite": suite, "since": since, "until": until})
+
     def quarantine_add(self, env_id: str, reason: str, actor: str | None = None
                        ) -> dict[str, Any]:
         """Quarantine by hand (needs the token); returns the server's answer."""
@@ -217,6 +254,21 @@ class EnvcheckClient:
         return reporter
 
     # --- plumbing ---------------------------------------------------------------------------
+
+    def _taint(self, path: str, query: dict[str, Moment | None]) -> list[TaintedInterval]:
+        params = {k: v.isoformat() if isinstance(v, datetime) else v
+                  for k, v in query.items() if v is not None}
+        body = self._get(path + (f"?{urlencode(params)}" if params else ""))
+
+        def at(value: str | None) -> datetime | None:
+            return datetime.fromisoformat(value) if value else None
+
+        return [TaintedInterval(
+            env_id=i["env_id"], suite=i["suite"], start=datetime.fromisoformat(i["start"]),
+            end=at(i["end"]), image_digest=i["image_digest"], kind=i["kind"],
+            reason=i["reason"], basis=i["basis"],
+            flagged_at=datetime.fromisoformat(i["flagged_at"]),
+            evidence=tuple(i["evidence"])) for i in body["intervals"]]
 
     def _change(self, method: str, env_id: str, reason: str, actor: str | None
                 ) -> dict[str, Any]:

@@ -492,7 +492,11 @@ def test_openapi_lists_every_route(api: Api) -> None:
     assert routes == {("/v1/quarantine", "get"), ("/v1/suites/{suite}/allowlist", "get"),
                       ("/v1/environments/{env_id}", "get"), ("/v1/quarantine/{env_id}", "post"),
                       ("/v1/quarantine/{env_id}", "delete"), ("/v1/incidents", "get"),
-                      ("/v1/rollouts", "post")}
+                      ("/v1/rollouts", "post"), ("/v1/taint", "get"),
+                      ("/v1/environments/{env_id}/taint", "get")}
+    taint = spec["paths"]["/v1/taint"]["get"]
+    assert {"200", "404", "422"} <= set(taint["responses"])
+    assert {p["name"] for p in taint["parameters"]} == {"since", "until", "suite"}
     post = spec["paths"]["/v1/quarantine/{env_id}"]["post"]
     assert post["security"] == [{"HTTPBearer": []}]
     assert {"401", "403", "404", "422"} <= set(post["responses"])
@@ -500,7 +504,7 @@ def test_openapi_lists_every_route(api: Api) -> None:
     assert {"200", "304", "404"} <= set(allowlist["responses"])
     schemas = spec["components"]["schemas"]
     assert {"AllowlistOut", "EnvironmentOut", "QuarantineOut", "Problem",
-            "QuarantineChange"} <= set(schemas)
+            "QuarantineChange", "TaintOut", "TaintIntervalOut"} <= set(schemas)
     assert schemas["QuarantineChange"]["required"] == ["reason"]
     rollouts = spec["paths"]["/v1/rollouts"]["post"]
     assert {"400", "401", "403", "413", "415"} <= set(rollouts["responses"])

@@ -15,6 +15,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,25 @@ def test_serves_health_metrics_and_reloads_on_sighup(daemons: Daemons, tmp_path:
     quarantined = (("env", TOOL_MISSING[0]), ("source", "auto"), ("suite", "daemon"))
     assert m[("envcheck_environment_quarantined", quarantined)] == 1
     assert state(HEALTHY[0]) == ("healthy", False)
+
+    # the broken environment's taint, in the export the windows keep and from the API
+    exported = tmp_path / "data" / "exports" / "taint.jsonl"
+
+    def tainted() -> dict[str, dict[str, Any]]:
+        try:
+            return {x["env_id"]: x for x in map(json.loads, exported.read_text().splitlines())}
+        except (OSError, ValueError):
+            return {}
+
+    d.wait("the taint export", lambda: TOOL_MISSING[0] in tainted())
+    line = tainted()[TOOL_MISSING[0]]
+    assert (line["basis"], line["kind"], line["reason"], line["end"]) == \
+        ("identity", "terminal", "tool_missing", None)
+    assert HEALTHY[0] not in tainted()
+    [served] = d.get(f"/v1/environments/{TOOL_MISSING[0]}/taint").json()["intervals"]
+    assert {k: served[k] for k in ("basis", "kind", "reason", "end", "evidence")} == \
+        {k: line[k] for k in ("basis", "kind", "reason", "end", "evidence")}
+    assert datetime.fromisoformat(served["start"]) == datetime.fromisoformat(line["start"])
 
     # SIGHUP, a good catalogue: the new environment is synced, scheduled and probed
     write_catalogue(catalogue, [HEALTHY, TOOL_MISSING, READONLY])

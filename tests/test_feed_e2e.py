@@ -84,6 +84,30 @@ def test_exports_and_history_agree(fleet: dict[str, str]) -> None:
     assert all(t["actor"] == "envcheck" for t in entered)
 
 
+def test_taint_names_what_to_drop_since_when(fleet: dict[str, str]) -> None:
+    """The broken environment's interval reaches back to its image's first result (every
+    probe failed); the export file and ``envcheck taint`` say the same."""
+    from envcheck.store import open_store
+
+    exports = Path(fleet["ENVCHECK_DATA_DIR"]) / "exports"
+    lines = [json.loads(x) for x in (exports / "taint.jsonl").read_text().splitlines()]
+    printed = envcheck(fleet, "taint", "--since", "30d", "--json")
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout)["intervals"] == lines
+    by_env = {x["env_id"]: x for x in lines if x["basis"] != "manual"}
+    assert {"demo-tool-missing", "demo-tests-flaky"} <= set(by_env)
+    assert "demo-healthy" not in by_env
+    broken = by_env["demo-tool-missing"]
+    assert (broken["kind"], broken["reason"], broken["basis"], broken["end"]) == \
+        ("terminal", "tool_missing", "identity", None)
+    assert by_env["demo-tests-flaky"]["kind"] == "tests"
+    with open_store(f"sqlite:///{fleet['ENVCHECK_DATA_DIR']}/envcheck.db") as store:
+        first = min(r.started_at for r in store.history("demo-tool-missing")
+                    if r.image_digest == broken["image_digest"])
+    assert broken["start"] == first.isoformat()
+    assert broken["evidence"] and broken["start"] < broken["flagged_at"]
+
+
 def test_manual_quarantine_sticks_until_released(fleet: dict[str, str]) -> None:
     add = envcheck(fleet, "quarantine", "add", "demo-healthy", "--reason", "licence review",
                    "--actor", "alice")

@@ -5,6 +5,8 @@
     GET    /v1/quarantine[?suite=S]        quarantined environments, with why and evidence
     GET    /v1/suites/{suite}/allowlist    what a scheduler may use now
     GET    /v1/environments/{env_id}       state, per-kind health, history, latest results
+    GET    /v1/taint[?since&until&suite]   when environments' rewards could not be trusted
+    GET    /v1/environments/{env_id}/taint   the same for one environment
     POST   /v1/quarantine/{env_id}         quarantine by hand (token; body {reason, actor?})
     DELETE /v1/quarantine/{env_id}         release by hand    (token; body {reason, actor?})
     POST   /v1/rollouts                    the training run's rollouts, a batch (token)
@@ -52,7 +54,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 from envcheck.api.auth import authorizer
 from envcheck.api.cache import ResponseCache
 from envcheck.api.problems import install_handlers
-from envcheck.api.routes import environments, incidents, quarantine, rollouts, suites
+from envcheck.api.routes import environments, incidents, quarantine, rollouts, suites, taint
 from envcheck.store import Store
 
 __all__ = ["DEFAULT_CACHE_TTL_S", "DEFAULT_PORT", "create_app", "serve", "serve_in_thread"]
@@ -89,6 +91,7 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
     app.include_router(quarantine.listing(store, cache))
     app.include_router(incidents.router(store))
     app.include_router(environments.router(store, clock))
+    app.include_router(taint.router(store, cache))
     app.include_router(quarantine.changes(store, authorizer(token), export_dir))
     app.include_router(rollouts.router(store, authorizer(token)))
     return app

@@ -15,6 +15,7 @@ from envcheck.core.depth import RunCount
 from envcheck.core.results import ProbeResult
 from envcheck.feed.allowlist import Allowlist
 from envcheck.health.sprt import KindHealth
+from envcheck.health.taint import Basis, TaintInterval
 from envcheck.store.tables.results import ResultFields
 from envcheck.store.tables.runs import Incident, IncidentFields
 from envcheck.store.tables.states import QuarantineListing, Transition, TransitionFields
@@ -31,6 +32,8 @@ __all__ = [
     "QuarantineEntryOut",
     "QuarantineOut",
     "ResultOut",
+    "TaintIntervalOut",
+    "TaintOut",
     "TransitionOut",
     "WilsonOut",
 ]
@@ -240,3 +243,39 @@ class RolloutsIngestedOut(_Out):
     unknown: int = Field(description="records naming no environment of the catalogue: "
                          "counted per hour, never an error")
     unknown_ids: list[str] = Field(description="a few of those environment ids")
+
+
+class TaintIntervalOut(_Out):
+    """A time in which an environment's rewards could not be trusted: samples taken in
+    ``[start, end)`` are to be dropped, relabelled or replayed."""
+
+    env_id: str
+    suite: str
+    start: datetime = Field(description="where the evidence reaches back to (inclusive)")
+    end: datetime | None = Field(description="release or a new image digest (exclusive); "
+                                 "null while it lasts")
+    image_digest: str | None = Field(description="the image the evidence is about")
+    kind: str | None = Field(description="the probe kind that found it, `rollouts`, or null "
+                             "for a person's quarantine")
+    reason: str = Field(description="the reason code (a person's own words for `manual`)")
+    basis: Basis = Field(description="what `start` reaches back to: `identity` (the image "
+                         "and spec's first appearance), `first_failure`, "
+                         "`first_failing_rollouts` or `manual`")
+    flagged_at: datetime = Field(description="when envcheck (or a person) decided")
+    evidence: list[int] = Field(description="ids of the probe results that show it")
+
+    @classmethod
+    def of(cls, interval: TaintInterval) -> TaintIntervalOut:
+        return cls(env_id=interval.env_id, suite=interval.suite, start=interval.start,
+                   end=interval.end, image_digest=interval.image_digest, kind=interval.kind,
+                   reason=interval.reason, basis=interval.basis,
+                   flagged_at=interval.flagged_at, evidence=list(interval.evidence))
+
+
+class TaintOut(_Out):
+    generation: int = Field(description="feed generation (newest transition id) when read")
+    since: datetime | None = Field(description="the window asked for (null: unbounded)")
+    until: datetime | None
+    count: int
+    intervals: list[TaintIntervalOut] = Field(description="those that meet the window, by "
+                                              "environment and start")

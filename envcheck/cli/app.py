@@ -42,6 +42,7 @@ from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
 from envcheck.cli.history import incidents, retired
 from envcheck.cli.store import store_app
+from envcheck.cli.taint import taint
 from envcheck.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -184,6 +185,7 @@ app.command("accept-schema")(accept_schema)
 app.command()(daemon)
 app.command()(gate)
 app.command()(incidents)
+app.command()(taint)
 app.command()(retired)
 app.command()(dashboard)
 app.add_typer(quarantine_app, name="quarantine")

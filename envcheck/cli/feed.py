@@ -135,7 +135,7 @@ def _change(store: Store, env_id: str, *, add: bool, actor: str | None, reason: 
     if row is None:
         out.print(f"{env_id}: nothing to change")
         return
-    write_exports(store)
+    write_exports(store, taint_of=[env_id])
     verb = "quarantined" if add else "released"
     out.print(f"{env_id} {verb} by {actor} (generation {row.id})")
 

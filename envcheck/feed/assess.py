@@ -20,6 +20,7 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.results import Previous, ProbeResult, Reason, Status
 from envcheck.core.states import EnvState
 from envcheck.feed.exports import default_export_dir, write_exports
+from envcheck.feed.taint import refresh_taint
 from envcheck.health.combined import with_rollouts
 from envcheck.health.quarantine import QuarantineEntry, Source, Transition, decide, manual
 from envcheck.health.rollouts import RolloutHealth
@@ -195,9 +196,16 @@ def assess_cycle(store: Store, run_id: str, envs: Sequence[Environment],
     transitions = evaluate(store, envs, policy)
     directory = export_dir or default_export_dir()
     # exports change only with a transition (or a first run); rewriting 10,000-line files
-    # every window would cost a second for nothing
-    if transitions or not (directory / "quarantine.json").exists():
+    # every window would cost a second for nothing. Taint can change without one (a new
+    # digest closes an interval): its file follows every window, for the window's
+    # environments (reading the fleet's whole history each window would cost seconds).
+    moved = {r.env_id for r in results} | {t.env_id for t in transitions}
+    if not (directory / "quarantine.json").exists():
         write_exports(store, directory)
+    elif transitions:
+        write_exports(store, directory, taint_of=moved)
+    else:
+        refresh_taint(store, directory, moved)
     return CycleOutcome(incident, transitions)
 
 
@@ -208,7 +216,8 @@ def sync_fleet(store: Store, envs: Sequence[Environment], export_dir: Path | Non
     ids = [e.id for e in envs]
     moved = store.reinstate(ids, now) + store.retire_absent(ids, now)
     if moved:
-        write_exports(store, export_dir or default_export_dir())
+        write_exports(store, export_dir or default_export_dir(),
+                      taint_of={t.env_id for t in moved})
     return moved
 
 

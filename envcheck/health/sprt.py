@@ -41,6 +41,7 @@ __all__ = [
     "Observation",
     "assess_env",
     "assess_kind",
+    "parse_at",
     "wilson_interval",
 ]
 
@@ -126,16 +127,17 @@ class KindHealth:
                    int(doc.get("failures", 0)), str(doc.get("reason", "")),
                    wilson=(float(wilson[0]), float(wilson[1])),
                    clean_runs=int(doc.get("clean_runs") or 0),
-                   clean_since=_parse_at(doc.get("clean_since")),
-                   full_at=_parse_at(doc.get("full_at")))
+                   clean_since=parse_at(doc.get("clean_since")),
+                   full_at=parse_at(doc.get("full_at")))
 
 
 def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
 
-def _parse_at(value: Any) -> datetime | None:
-    """A time :meth:`KindHealth.to_json` wrote; None when absent (a state stored before)."""
+def parse_at(value: Any) -> datetime | None:
+    """A time :meth:`KindHealth.to_json` (or another stored state) wrote; None when absent
+    or unreadable (a state stored before)."""
     if not isinstance(value, str):
         return None
     try:

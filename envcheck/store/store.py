@@ -45,6 +45,7 @@ from envcheck.store.views.environment import EnvironmentViews
 from envcheck.store.views.fleet import FleetViews
 from envcheck.store.views.metrics import MetricsViews
 from envcheck.store.views.quarantine import QuarantineViews
+from envcheck.store.views.taint import TaintViews
 
 if TYPE_CHECKING:  # the catalogue's models (pydantic) are not needed to read the store
     from envcheck.catalogue.models import Environment
@@ -99,7 +100,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, RolloutRecords,
-            FleetViews, EnvironmentViews, QuarantineViews, SourceViews, MetricsViews):
+            FleetViews, EnvironmentViews, QuarantineViews, SourceViews, MetricsViews,
+            TaintViews):
     """Results, runs and environments in one database. Safe to share between threads."""
 
     def __init__(self, engine: Engine) -> None:

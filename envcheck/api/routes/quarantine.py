@@ -72,7 +72,7 @@ def changes(store: Store, authorize: Authorize, export_dir: Path | None) -> APIR
                 log.info("%s %s by %s (generation %s)", env_id,
                          "quarantined" if add else "released", actor, row.id)
                 try:
-                    write_exports(store, export_dir)
+                    write_exports(store, export_dir, taint_of=[env_id])
                     written = True
                 except (OSError, EnvcheckError) as exc:  # the change itself is committed
                     log.error("writing the exports after %s failed: %s", env_id, exc)
