@@ -144,3 +144,14 @@ def test_taint_layer_clips_and_leaves_out() -> None:
         pd.Timestamp(lo), pd.Timestamp(hi))
     with pytest.raises(ValueError, match="needs a start"):
         taint_layer([{"end": hi.isoformat()}], lo, hi)
+
+
+def test_the_page_draws_the_taint_feed(store_url: str) -> None:  # noqa: F811
+    """Wired: the view's intervals are the taint feed's (a quarantine by hand taints from the
+    moment it was set, still open), not handed in."""
+    with open_store(store_url) as store:
+        view = environment_view(store, "swe-manual")
+    assert view is not None
+    [span] = view.taint
+    assert span.start == fleet.T0 + timedelta(hours=fleet.CYCLES, minutes=5)
+    assert span.end is None and "reward hacking reported in run 4711" in span.reason

@@ -17,6 +17,7 @@ import pandas as pd  # type: ignore[import-untyped]
 from envcheck.core.depth import RunCount
 from envcheck.core.results import Status
 from envcheck.core.rollouts import ENVIRONMENT_OUTCOMES, TRAINER_OUTCOMES, Outcome, judged
+from envcheck.feed.taint import taint
 from envcheck.health.sprt import KindHealth, wilson_interval
 from envcheck.health.summary import env_summary
 from envcheck.store import Store
@@ -110,7 +111,9 @@ def environment_view(store: Store, env_id: str) -> EnvironmentView | None:
         pass_to_pass=tuple(tests.get("pass_to_pass") or ()),
         data_sources=tuple(record.spec.get("data_sources") or ()),
         retired_at=record.retired_at,
-        rollouts=dict(state.rollouts) if state is not None and state.rollouts else None)
+        rollouts=dict(state.rollouts) if state is not None and state.rollouts else None,
+        taint=tuple(TaintSpan(i.start, i.end, i.reason, i.image_digest)
+                    for i in taint(store, env_id=env_id)))
 
 
 def window_rates(lines: Sequence[ResultLine]) -> dict[str, tuple[int, int, float, float]]:
