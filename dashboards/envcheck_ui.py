@@ -19,6 +19,7 @@ import streamlit as st
 
 from envcheck.core.errors import StoreError
 from envcheck.dashboard import cached as data
+from envcheck.dashboard.environment import RolloutHour, TaintSpan, taint_layer
 from envcheck.dashboard.fleet import HeatCell
 from envcheck.store.database import redact
 from envcheck.store.views.common import DataVersion
@@ -32,6 +33,7 @@ STATE_BADGE = {"broken": "red", "flaky": "orange", "degraded": "yellow", "unknow
 STATUS_BADGE = {"fail": "red", "flaky": "orange", "error": "violet", "pass": "green",
                 "skip": "gray"}
 STATES = tuple(STATE_COLOURS)
+WHOSE_COLOURS = {"environment's failure": "#c62828", "ok": "#2e7d32", "trainer's": "#9e9e9e"}
 KINDS = ("terminal", "dependencies", "tests", "datasource")
 PAGE_SIZES = (10, 25, 50, 100, 200)
 ENV_PAGE = "environment"  # url paths of the pages (app.py registers them)
@@ -143,7 +145,16 @@ def heatmap_chart(cells: Sequence[HeatCell], order: Sequence[str]) -> alt.Chart:
     return chart
 
 
-def timeline_chart(lines: Sequence[Any]) -> alt.Chart:
+def _shaded(chart: alt.Chart, taint: Sequence[TaintSpan], times: Sequence[datetime]
+            ) -> alt.Chart | alt.LayerChart:
+    """``chart`` over the tainted intervals within ``times``, shaded beneath it."""
+    shade = taint_layer(taint, min(times), max(times)) if taint and times else None
+    return chart if shade is None else alt.layer(shade, chart)
+
+
+def timeline_chart(lines: Sequence[Any], taint: Sequence[TaintSpan] = ()
+                   ) -> alt.Chart | alt.LayerChart:
+    """One tick per result, a row per kind; the tainted intervals shaded beneath."""
     frame = pd.DataFrame([{
         "kind": line.kind, "at": line.started_at, "status": line.status, "reason": line.reason,
         "result": line.id, "summary": line.summary[:160],
@@ -154,7 +165,47 @@ def timeline_chart(lines: Sequence[Any]) -> alt.Chart:
         color=alt.Color("status:N", scale=status_scale(), legend=alt.Legend(orient="top")),
         tooltip=["result", alt.Tooltip("at:T", format="%Y-%m-%d %H:%M:%S"), "kind", "status",
                  "reason", "digest", "summary"],
-    ).properties(height=alt.Step(34))
+    )
+    return _shaded(chart, taint, [line.started_at for line in lines]).properties(
+        height=alt.Step(34))
+
+
+def rollout_chart(hours: Sequence[RolloutHour], taint: Sequence[TaintSpan] = ()
+                  ) -> alt.Chart | alt.LayerChart:
+    """Rollouts per hour, stacked by whose outcome: the environment's failures, ok, the
+    trainer's; the tainted intervals shaded beneath."""
+    frame = pd.DataFrame([{
+        "at": h.hour, "whose": whose, "rollouts": n,
+        "outcomes": ", ".join(f"{o} {k}" for o, k in h.by_outcome.items())}
+        for h in hours for whose, n in (("environment's failure", h.environment), ("ok", h.ok),
+                                        ("trainer's", h.trainer))])
+    chart: alt.Chart = alt.Chart(frame).mark_bar().encode(
+        x=alt.X("yearmonthdatehours(at):T", title=None, axis=alt.Axis(format="%m-%d %H:%M")),
+        y=alt.Y("sum(rollouts):Q", title="rollouts per hour", stack="zero"),
+        color=alt.Color("whose:N", scale=alt.Scale(domain=list(WHOSE_COLOURS),
+                                                   range=list(WHOSE_COLOURS.values())),
+                        legend=alt.Legend(orient="top", title=None)),
+        order=alt.Order("whose:N", sort="ascending"),
+        tooltip=[alt.Tooltip("yearmonthdatehours(at):T", title="hour"), "whose",
+                 alt.Tooltip("sum(rollouts):Q", title="rollouts"), "outcomes"])
+    return _shaded(chart, taint, [h.hour for h in hours]).properties(height=220)
+
+
+def rollout_rates_chart(hours: Sequence[RolloutHour]) -> alt.Chart:
+    """Per hour: the environment's failure rate, the reward's mean and its shares of 0 and 1."""
+    frame = pd.DataFrame([{"at": h.hour, "series": name, "value": value}
+                          for h in hours for name, value in (
+                              ("failure rate", h.failure_rate), ("reward mean", h.reward_mean),
+                              ("share of reward 0", h.zero_share),
+                              ("share of reward 1", h.one_share)) if value is not None])
+    chart: alt.Chart = alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("yearmonthdatehours(at):T", title=None, axis=alt.Axis(format="%m-%d %H:%M")),
+        y=alt.Y("value:Q", title=None, scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("series:N", legend=alt.Legend(orient="top", title=None), scale=alt.Scale(
+            domain=["failure rate", "reward mean", "share of reward 0", "share of reward 1"],
+            range=["#c62828", "#1565c0", "#ef8f00", "#2e7d32"])),
+        tooltip=[alt.Tooltip("yearmonthdatehours(at):T", title="hour"), "series",
+                 alt.Tooltip("value:Q", format=".3f")]).properties(height=200)
     return chart
 
 

@@ -8,6 +8,11 @@ Containers an engine outage left behind are removed once the engine answers agai
 every few seconds), and at shutdown. The store is pruned every ``prune_every_s`` (hourly), a
 first time a few minutes after the start, in short batches beside the probing.
 
+The training run's rollouts are judged every window without waiting for a probe
+(:mod:`envcheck.feed.rollouts`): an environment they flag anew gets every declared probe kind
+queued now, ahead of the queue (the tests probe in full while flagged), and one they note
+``always_solved`` its tests probe.
+
 A store that refuses writes (a full disk) stops nothing: results are held and written when
 it recovers (:mod:`envcheck.store.pending`); meanwhile ``/readyz`` answers 503 with the
 count held and the store's reason, and 200 again once everything is written.
@@ -47,11 +52,14 @@ from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import CatalogueError
 from envcheck.core.memory import give_back
 from envcheck.core.readiness import Readiness
+from envcheck.core.results import ProbeKind
 from envcheck.executors.base import ExecutorConfig
 from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
-from envcheck.feed.assess import StoreAssessment
+from envcheck.feed.assess import LookOutcome, StoreAssessment
 from envcheck.feed.depth import StoreDepth
+from envcheck.feed.rollouts import RolloutLooks
+from envcheck.health.rollouts import RolloutPolicy
 from envcheck.kinds.base import Services
 from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
@@ -99,6 +107,7 @@ class DaemonConfig:
     budget_s: float | None = None
     suite_budgets: tuple[tuple[str, float], ...] = ()
     standby: bool = False  # the store's lease held by another daemon: wait for it, not exit
+    rollouts: RolloutPolicy = field(default_factory=RolloutPolicy)  # how rollouts are judged
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
@@ -174,9 +183,10 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
                         or f"http://{config.host}:{config.port}") if config.webhooks else None
     # Ray: one waiting thread per docker slot of the cluster; Ray places and bounds the work
     concurrency = max(config.concurrency, executor.capacity())
+    assessment = StoreAssessment(store, looks=RolloutLooks(store, config.rollouts))
     scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
-                               services=_services, assessment=StoreAssessment(store),
+                               services=_services, assessment=assessment,
                                on_cycle=notifier.wake if notifier is not None else None,
                                budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)))
     # before the scheduler starts: the probe counters count from here
@@ -191,6 +201,9 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     if isinstance(executor, LocalExecutor):
         _every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
                "looking for leftover containers failed")
+    _every("envcheck-rollouts", config.window_s, stop,
+           _rollout_look(assessment, scheduler, notifier.wake if notifier else None),
+           "judging the rollouts failed")
     if config.prune_every_s > 0:
         _every("envcheck-prune", config.prune_every_s, stop, _pruner(store, config.retention),
                "pruning the store failed", first_s=min(PRUNE_FIRST_S, config.prune_every_s))
@@ -287,6 +300,46 @@ def _every(name: str, interval_s: float, stop: threading.Event, work: Callable[[
                 log.exception(failed)
 
     threading.Thread(target=loop, name=name, daemon=True).start()
+
+
+def _rollout_look(assessment: StoreAssessment, scheduler: ProbeScheduler,
+                  wake: Callable[[], None] | None) -> Callable[[], None]:
+    """One look at the rollouts counted since the last: what it flags anew is probed now,
+    ahead of the queue (every declared kind), what it notes always solved gets its tests
+    probe (whose controls a full validation plays); the notifier hears what moved."""
+
+    def look() -> None:
+        envs = {env.id: env for env in scheduler.catalogue.environments}
+        outcome = assessment.rollouts(envs)
+        if outcome is None:
+            return
+        for env_id in outcome.flagged:
+            kinds = envs[env_id].declared_kinds()
+            for kind in kinds:
+                scheduler.enqueue_now(env_id, kind, urgent=True)
+            log.info("rollouts flagged an environment: probing it now",
+                     extra={"env": env_id, "kinds": [str(k) for k in kinds]})
+        for env_id in outcome.always_solved:
+            if env_id in outcome.flagged:
+                continue  # its tests probe is queued already
+            if ProbeKind.TESTS in envs[env_id].declared_kinds():
+                scheduler.enqueue_now(env_id, ProbeKind.TESTS, urgent=True)
+            log.info("rollouts noted an environment always solved: probing its tests now",
+                     extra={"env": env_id})
+        _log_look(outcome)
+        if wake is not None and (outcome.transitions or outcome.incident is not None):
+            wake()
+
+    return look
+
+
+def _log_look(outcome: LookOutcome) -> None:
+    if outcome.incident is not None:
+        log.warning("infrastructure incident", extra={"kind": outcome.incident[0],
+                                                      "detail": outcome.incident[3]})
+    for t in outcome.transitions:
+        log.info("transition", extra={"env": t.env_id, "old": t.old_state, "new": t.new_state,
+                                      "quarantined": t.quarantined, "reason": t.reason})
 
 
 def _pruner(store: Store, retention: Retention) -> Callable[[], None]:

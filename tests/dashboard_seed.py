@@ -4,15 +4,20 @@ Written through envcheck's own functions: catalogue models, ``Store.record`` of 
 whose evidence and details have the shapes the real probes give (the tests probe's runs and
 flaky tests; the data-source probe's reports come from the real ``DataSourceChecker`` sampling
 HTTP servers on 127.0.0.1 and ``combine``), ``envcheck.feed.assess.evaluate`` after every cycle, an
-infrastructure incident, and a quarantine by hand.
+infrastructure incident, and a quarantine by hand. A training run's rollouts of the last
+twelve hours (``Store.record_rollouts``) and their evidence as the health model writes it
+(``env_state.rollouts``): :data:`ROLLOUT_FLAGGED` fails on the cluster more and more,
+:data:`ROLLOUT_SOLVED` scores 1 every time.
 """
 
 from __future__ import annotations
 
 import random
 import sqlite3
+import statistics
 import time
 import zlib
+from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +30,7 @@ from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.models import Environment, Suite
 from envcheck.catalogue.probe_specs import TRICK_NAMES, Adversarial, DependencySpec, TestSpec
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.kinds.adversarial.controls import Attempted
 from envcheck.kinds.datasource.probe import DataSourceChecker, combine
@@ -63,6 +69,9 @@ FLEET: dict[str, tuple[str, str]] = {
 }
 SUITES = {"swe-train": ("SWE tasks for RL training", False),
           "terminal-eval": ("terminal tasks for evaluation", True)}
+ROLLOUT_HOURS = 12  # the cycles' last hours
+ROLLOUT_FLAGGED = "term-slow-shell"  # degraded already: flagging it moves no count
+ROLLOUT_SOLVED = "swe-healthy-3"
 
 
 def environments() -> list[Environment]:
@@ -294,7 +303,65 @@ def seed(store: Store) -> Seeded:
     set_quarantine_by_id(store, "swe-manual", add=True, actor="alice",
                          reason="reward hacking reported in run 4711",
                          now=T0 + timedelta(hours=CYCLES, minutes=5))
+    rollouts(store)
     return out
+
+
+def rollout_outcomes(env_id: str, hour: int) -> dict[Outcome, int]:
+    """What the training run saw of ``env_id`` in the hour ``hour`` of the rollouts (0 the
+    oldest): 40 rollouts, the flagged one losing more and more sandboxes."""
+    if env_id == ROLLOUT_SOLVED:
+        return {Outcome.OK: 40}
+    failing = 1 if hour < ROLLOUT_HOURS // 2 else 2 + hour
+    return {Outcome.OK: 38 - failing, Outcome.SANDBOX_LOST: failing - failing // 3,
+            Outcome.VERIFIER_TIMEOUT: failing // 3, Outcome.AGENT_TIMEOUT: 2}
+
+
+def rollouts(store: Store) -> None:
+    """The rollouts of :data:`ROLLOUT_FLAGGED` and :data:`ROLLOUT_SOLVED` and their evidence."""
+    first = T0 + timedelta(hours=CYCLES - ROLLOUT_HOURS)
+    seq = 0
+    rewards: list[float] = []  # the flagged one's
+    for hour in range(ROLLOUT_HOURS):
+        batch = []
+        for env_id in (ROLLOUT_FLAGGED, ROLLOUT_SOLVED):
+            for outcome, n in rollout_outcomes(env_id, hour).items():
+                for i in range(n):
+                    reward = (1.0 if env_id == ROLLOUT_SOLVED else (1.0, 0.0, 0.5)[i % 3]) \
+                        if outcome is Outcome.OK else None
+                    batch.append(Rollout(env_id, first + timedelta(hours=hour, minutes=i),
+                                         "run-4711", seq, outcome, digest(env_id, CYCLES - 1),
+                                         reward))
+                    seq += 1
+                    if env_id == ROLLOUT_FLAGGED and reward is not None:
+                        rewards.append(reward)
+        store.record_rollouts(batch)
+    flagged_at = first + timedelta(hours=ROLLOUT_HOURS // 2 + 1)
+    seen: Counter[str] = Counter()
+    for hour in range(ROLLOUT_HOURS):
+        seen.update({str(o): n for o, n in rollout_outcomes(ROLLOUT_FLAGGED, hour).items() if n})
+    judged = sum(seen.values()) - seen["agent_timeout"]
+    failed = judged - seen["ok"]
+    store.apply(ROLLOUT_FLAGGED, "terminal-eval", {"rollouts": {
+        "state": "degraded", "flagged": True, "reason": "rollout_failures",
+        "detail": f"{failed} of {judged} rollouts failed on the environment against the "
+                  "fleet's 0.3%", "image_digest": digest(ROLLOUT_FLAGGED, CYCLES - 1),
+        "rollouts": judged, "env_failures": failed, "failure_rate": failed / judged,
+        "fleet_rate": 0.003, "llr": 3.4, "flagged_at": flagged_at.isoformat(),
+        "first_failure_at": first.isoformat(), "window_start": first.isoformat(), "notes": [],
+        "confirmed": "cluster_only", "by_outcome": dict(seen),
+        "reward": {"n": len(rewards), "mean": statistics.fmean(rewards),
+                   "std": statistics.pstdev(rewards),
+                   "zero_share": rewards.count(0.0) / len(rewards),
+                   "one_share": rewards.count(1.0) / len(rewards)}}}, None)
+    store.apply(ROLLOUT_SOLVED, "swe-train", {"rollouts": {
+        "state": "healthy", "flagged": False, "reason": "ok", "detail": "",
+        "image_digest": digest(ROLLOUT_SOLVED, CYCLES - 1), "rollouts": 480,
+        "env_failures": 0, "failure_rate": 0.0, "fleet_rate": 0.003, "llr": -2.9,
+        "flagged_at": None, "first_failure_at": None, "window_start": first.isoformat(),
+        "notes": ["always_solved"], "confirmed": None, "by_outcome": {"ok": 480},
+        "reward": {"n": 480, "mean": 1.0, "std": 0.0, "zero_share": 0.0, "one_share": 1.0}}},
+        None)
 
 
 _BUILT: dict[Path, Seeded] = {}

@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.assess import StoreAssessment, evaluate
 from envcheck.metrics import StoreMetrics
 from envcheck.sandbox.docker import DockerRuntime
@@ -50,8 +51,9 @@ SEVERITIES = {"critical", "warning", "info"}
 # Labels envcheck's metrics may carry: all bounded by the fleet or a fixed vocabulary.
 # `trick`: the adversarial controls' fixed library (TRICK_NAMES), like `kind`.
 # `depth`: a tests probe's depth (core.depth.Depth: full, light, fixed).
+# `outcome`: a rollout's outcome (core.rollouts.Outcome, a closed vocabulary).
 BOUNDED_LABELS = {"env", "suite", "kind", "status", "state", "source", "stat", "le", "trick",
-                  "depth"}
+                  "depth", "outcome"}
 HTTP_TIMEOUT = (2, 5)
 
 
@@ -98,7 +100,7 @@ def test_every_alert_is_complete_and_unit_tested_both_ways() -> None:
     assert {"EnvironmentQuarantined", "SuiteHealthyFractionLow", "SuiteHealthyFractionCritical",
             "DataSourceDown", "DataSourceSchemaDrift", "EnvironmentRewardHackable",
             "EnvcheckInfraIncident", "StaleResults", "EnvcheckBudgetExhausted",
-            "SuiteBudgetExhausted",
+            "SuiteBudgetExhausted", "EnvcheckRolloutFlagged", "SuiteRolloutFailureRateHigh",
             "EnvcheckDown", "EnvcheckAbsent"} <= set(alerts)
     for name, rule in alerts.items():
         assert rule.get("for"), f"{name}: no `for`"
@@ -151,7 +153,8 @@ def write_catalogue(path: Path, suite: str, envs: dict[str, str], every: str = "
 
 def seed(store: Store, catalogue: Catalogue, now: datetime) -> None:
     """Results through the real path: two terminal failures quarantine ``lint-broken``; an
-    environment no longer in the catalogue has old results; a data source drifts; an incident."""
+    environment no longer in the catalogue has old results; a data source drifts; an incident;
+    the training run's rollouts, which flag ``lint-ok``."""
     store.sync_suites(catalogue.suites)
     # lint-gone was in an older catalogue: stored, no longer scheduled
     gone = catalogue.environment("lint-ok").model_copy(update={"id": "lint-gone"})
@@ -183,6 +186,11 @@ def seed(store: Store, catalogue: Catalogue, now: datetime) -> None:
     store.finish_run(incident_run)
     store.record_incident(incident_run, "failure_storm", 4, 5, "4 of 5 probes failed at once")
     evaluate(store, catalogue.environments)
+    store.record_rollouts([Rollout("lint-ok", now - timedelta(minutes=5), "run-1", seq,
+                                   Outcome.SANDBOX_LOST if seq % 4 == 0 else Outcome.OK)
+                           for seq in range(40)])
+    store.apply("lint-ok", "lint", {"rollouts": {"state": "degraded", "flagged": True,
+                                                 "reason": "rollout_failures"}}, None)
 
 
 def scrape_seeded(tmp_path: Path, per_environment: bool) -> str:

@@ -506,6 +506,11 @@ def test_openapi_lists_every_route(api: Api) -> None:
     assert {"AllowlistOut", "EnvironmentOut", "QuarantineOut", "Problem",
             "QuarantineChange", "TaintOut", "TaintIntervalOut"} <= set(schemas)
     assert schemas["QuarantineChange"]["required"] == ["reason"]
+    rollouts = spec["paths"]["/v1/rollouts"]["post"]
+    assert {"400", "401", "403", "413", "415"} <= set(rollouts["responses"])
+    record = rollouts["requestBody"]["content"]["application/json"]["schema"]["items"]
+    assert record["required"] == ["env_id", "at", "producer", "seq", "outcome"]
+    assert "$ref" not in json.dumps(record)  # inlined: nothing points outside the body
 
 
 # --- tokens -----------------------------------------------------------------------------------

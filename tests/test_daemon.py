@@ -43,8 +43,13 @@ SLOW = ("demo-slow-shell", "envcheck-demo/slow-shell:latest")  # ~8 s per probe
 HTTP_TIMEOUT_S = 10.0
 
 
-def write_catalogue(path: Path, envs: list[tuple[str, str]], extra: str = "") -> None:
-    body = "\n".join(f"      - {{ id: {env_id}, image: '{image}' }}" for env_id, image in envs)
+def write_catalogue(path: Path, envs: list[tuple[str, str]], extra: str = "",
+                    fields: dict[str, str] | None = None) -> None:
+    """``envs`` (id, image) in a suite probing terminals every 2 s; ``fields``: more of an
+    environment's fields, by id, in YAML's flow style (``tests: {...}``)."""
+    more = {env_id: f", {text}" for env_id, text in (fields or {}).items()}
+    body = "\n".join(f"      - {{ id: {env_id}, image: '{image}'{more.get(env_id, '')} }}"
+                     for env_id, image in envs)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"""version: 1
 suites:
@@ -135,19 +140,22 @@ class Daemons:
 
     def start(self, catalogue: Path, *, window: float = 2.0, data: str = "data",
               tag: str | None = None, concurrency: int = 2, args: Sequence[str] = (),
-              database: str | None = None, ready: bool = True) -> Daemon:
+              database: str | None = None, ready: bool = True,
+              env: dict[str, str] | None = None) -> Daemon:
         """A daemon on ``database`` (default: SQLite in its data directory), once it is
-        ready unless not ``ready`` (one that waits or is refused)."""
+        ready unless not ``ready`` (one that waits or is refused); ``env``: variables of its
+        own (an API token, say)."""
         tag = tag or f"{SESSION_TAG}-{uuid.uuid4().hex[:8]}"
         port = free_port()
         data_dir = self.tmp_path / data
-        env = {**os.environ, "ENVCHECK_DATA_DIR": str(data_dir),
-               "ENVCHECK_EXPORT_DIR": str(data_dir / "exports"),
-               "ENVCHECK_CONTAINER_TAG": tag, "ENVCHECK_LOG_LEVEL": "info",
-               MIN_SCHEDULE_ENV: "1s"}  # the catalogues here probe every 2 s
+        variables = {**os.environ, "ENVCHECK_DATA_DIR": str(data_dir),
+                     "ENVCHECK_EXPORT_DIR": str(data_dir / "exports"),
+                     "ENVCHECK_CONTAINER_TAG": tag, "ENVCHECK_LOG_LEVEL": "info",
+                     MIN_SCHEDULE_ENV: "1s"}  # the catalogues here probe every 2 s
         for name in ("ENVCHECK_DATABASE_URL", "ENVCHECK_API_TOKEN", "ENVCHECK_WEBHOOK",
                      "ENVCHECK_WEBHOOKS_FILE"):
-            env.pop(name, None)
+            variables.pop(name, None)
+        variables.update(env or {})
         log = self.tmp_path / f"daemon-{len(self.started)}.log"
         stderr = log.open("wb")
         db_url = database or f"sqlite:///{data_dir / 'envcheck.db'}"
@@ -155,7 +163,7 @@ class Daemons:
             [*envcheck_cmd(), "daemon", str(catalogue), "--port", str(port),
              "--window", str(window), "--concurrency", str(concurrency),
              *(["--database", database] if database else []), *args],
-            env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+            env=variables, stdout=subprocess.DEVNULL, stderr=stderr)
         daemon = Daemon(proc, f"http://127.0.0.1:{port}", log, db_url, tag, stderr)
         self.started.append(daemon)
         if ready:

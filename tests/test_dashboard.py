@@ -110,11 +110,31 @@ def mark(spec: dict[str, Any]) -> str:
     return str(value["type"] if isinstance(value, dict) else value)
 
 
+def _layers(at: AppTest) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """Every chart, and every layer of a layered one (a timeline drawn over its taint
+    spans), with the data set it draws."""
+    out = []
+    for element in at.get("vega_lite_chart"):
+        proto: Any = element.proto
+        named = {d.name: pa.ipc.open_stream(io.BytesIO(d.data.data)).read_pandas()
+                 for d in proto.datasets}
+        spec = json.loads(proto.spec)
+        if named and "layer" in spec:
+            out.append((spec, next(iter(named.values()))))
+        for part in spec.get("layer", [spec]):
+            name = (part.get("data") or spec.get("data") or {}).get("name")
+            frame = named.get(name) if name else next(iter(named.values()), None)
+            if frame is not None:
+                out.append((part, frame))
+    return out
+
+
 def chart(at: AppTest, kind: str, field: str | None = None) -> pd.DataFrame:
-    """The first data set of the chart whose mark is ``kind`` (and that encodes ``field``)."""
-    for spec, data in charts(at):
+    """The data set of the first chart (or layer) whose mark is ``kind`` (and that encodes
+    ``field``)."""
+    for spec, data in _layers(at):
         if mark(spec) == kind and (field is None or field in json.dumps(spec)):
-            return data[0]
+            return data
     raise AssertionError(f"no {kind} chart with {field}: {[mark(s) for s, _ in charts(at)]}")
 
 

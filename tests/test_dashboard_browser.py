@@ -148,6 +148,22 @@ def test_environment(browser: Browser) -> None:
     assert all(w > 300 and h > 50 for w, h in browser.charts())
 
 
+def test_environment_rollouts(browser: Browser) -> None:
+    """The training run's evidence beside the probes: the rollouts' state and why, a chart
+    of rollouts per hour by whose outcome and one of the failure rate and reward, the table."""
+    text = browser.load(f"/environment?env={fleet.ROLLOUT_FLAGGED}", "environment-rollouts")
+    for expected in ("Rollouts", "Rollout state degraded", "Flagged by rollouts yes",
+                     "Rollouts say: rollout_failures", "Fails on the cluster, passes here",
+                     "Per hour, the rollouts a training run reported", "Timeline"):
+        assert expected in text, expected
+    assert text.index("Rollouts say") < text.index("Timeline")  # beside the probes' kinds
+    # Wilson intervals, rollouts per hour, failure rate and reward, the timeline
+    drawn = browser.charts()
+    assert len(drawn) == 4 and all(w > 300 and h > 100 for w, h in drawn), drawn
+    assert "always_solved" in browser.load(f"/environment?env={fleet.ROLLOUT_SOLVED}",
+                                           "environment-rollouts-solved")
+
+
 def test_environment_adversarial_controls(browser: Browser) -> None:
     text = browser.load("/environment?env=swe-healthy-2", "environment-adversarial")
     for expected in ("Adversarial controls", "Each trick played by a do-nothing agent",

@@ -40,6 +40,9 @@ COVERED = {
                                          "envcheck_budget_sandbox_seconds",
                                          "envcheck_budget_backlog"},
     "runs by depth": {"envcheck_probe_runs_total"},
+    "the training run's rollouts: by outcome, failure ratio, flagged environments": {
+        "envcheck_rollouts_total", "envcheck_rollouts_unknown_environment_total",
+        "envcheck_suite_rollout_flagged_environments"},
 }
 
 plugins.register_default_plugins()

@@ -5,18 +5,22 @@ the same answers."""
 from __future__ import annotations
 
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 
 from envcheck.core.errors import StoreError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.allowlist import allowlist
 from envcheck.store import Store, open_store
 from envcheck.store.copy import APPEND_ONLY, copy_store, state_checksum
+from envcheck.store.core_tables import ROLLOUTS
+from envcheck.store.retention import Retention
 from envcheck.store.tables.results import ProbeResultRow
+from envcheck.store.tables.rollouts import ROLLOUT_COUNTERS
 from envcheck.store.tables.states import EnvStateRow
 from tests.conftest import envcheck_cmd
 from tests.dashboard_seed import Seeded, copy_sqlite, sqlite_template
@@ -44,11 +48,32 @@ def feed(store: Store) -> dict[str, object]:
     return answers
 
 
+ROLLOUT_EVIDENCE = {"state": "degraded", "flagged": True, "reason": "rollout_failures",
+                    "rollouts": 400, "env_failures": 40, "by_outcome": {"ok": 360,
+                                                                        "sandbox_lost": 40}}
+
+
+def with_rollouts(store: Store) -> None:
+    """Rollout counters of two digests over three hours (folded days too), an unknown id, two
+    producers, and one environment's rollout evidence."""
+    env_id = "swe-manual"  # an environment of the seeded fleet
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=9)
+    rows = [Rollout(env_id, start + timedelta(hours=h * 80, minutes=i), f"run-{h % 2}", h * 100 + i,
+                    Outcome.OK if i % 10 else Outcome.SANDBOX_LOST, f"sha256:{h % 2}",
+                    float(i % 2), agent_s=2.0) for h in range(3) for i in range(40)]
+    store.record_rollouts([*rows, rows[-1]._replace(env_id="gone-away", seq=999)])
+    store.prune(Retention(hourly_days=3))  # the oldest hours folded into day rows
+    with store.engine.begin() as conn:
+        conn.execute(update(EnvStateRow).where(EnvStateRow.env_id == env_id)  # type: ignore[arg-type]
+                     .values(rollouts=ROLLOUT_EVIDENCE))
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("store_url", ["postgres", "sqlite"], indirect=True)
 def test_a_copy_holds_every_row_and_gives_the_same_answers(source_url: str,
                                                            store_url: str) -> None:
     with open_store(source_url) as source, open_store(store_url) as target:
+        with_rollouts(source)
         report = copy_store(source, target, batch_rows=97)
         assert report.verified, report.problems()
         by_name = {t.name: t for t in report.tables}
@@ -57,6 +82,19 @@ def test_a_copy_holds_every_row_and_gives_the_same_answers(source_url: str,
         assert all(t.copied == t.source_rows for t in report.tables)
         assert feed(target) == feed(source)
         assert target.transitions(limit=10_000) == source.transitions(limit=10_000)
+        # the rollout counters of both periods, the unknown ids, the producers' numbers
+        assert target.rollout_rows() == source.rollout_rows()
+        assert {r.period for r in target.rollout_rows()} == {"hour", "day"}
+        assert target.unknown_rollouts() == source.unknown_rollouts() == (1, ["gone-away"])
+        assert by_name["rollout_producer"].target_rows == 2
+        assert report.target_counts["rollout_rollup.count"] == 120
+        states = {s.env_id: s.rollouts for s in target.env_states()}
+        assert ROLLOUT_EVIDENCE in states.values()
+        # counted again (the same numbers) in the target: nothing twice
+        first = source.rollout_rows()[0]
+        again = target.record_rollouts([Rollout(first.env_id, first.first_at, "run-0", 200,
+                                                Outcome.OK)])
+        assert again.duplicates == 1
         # the target's next result takes an id after the copied ones (sequences moved on)
         run = target.start_run("check", [])
         new_id = target.record(run, ProbeResult(
@@ -98,6 +136,22 @@ def test_a_state_changed_since_the_copy_is_carried_by_the_next_run(source_url: s
                          .values(q_reason="released later"))
         assert state_checksum(source.engine) != state_checksum(target.engine)
         assert copy_store(source, target).verified
+        # the rollout evidence is part of a state, and counters that differ are told
+        with source.engine.begin() as conn:
+            conn.execute(update(EnvStateRow).where(EnvStateRow.env_id == "swe-manual")  # type: ignore[arg-type]
+                         .values(rollouts=ROLLOUT_EVIDENCE))
+        assert state_checksum(source.engine) != state_checksum(target.engine)
+        assert copy_store(source, target).verified
+        with_rollouts(source)
+        with target.engine.begin() as conn:  # the target counted something of its own
+            conn.execute(insert(ROLLOUTS).values(
+                env_id="swe-manual", hour=datetime(2026, 1, 1, tzinfo=UTC), image_digest="",
+                outcome="ok", period="hour", first_at=datetime(2026, 1, 1, tzinfo=UTC),
+                last_at=datetime(2026, 1, 1, tzinfo=UTC),
+                **{name: 1 for name in ROLLOUT_COUNTERS}))
+        stale = copy_store(source, target)
+        assert not stale.verified
+        assert any(p.startswith("rollout_rollup.count: ") for p in stale.problems())
 
 
 def run_copy(source_url: str, to: str,

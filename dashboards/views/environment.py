@@ -1,9 +1,11 @@
-"""Environment: its state and why, per-kind evidence with Wilson intervals, the timeline, flaky
-tests, evidence of results, image digests and transitions."""
+"""Environment: its state and why, per-kind evidence with Wilson intervals, the training run's
+rollouts per hour, the timeline (tainted intervals shaded on both), flaky tests, evidence of
+results, image digests and transitions."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 import altair as alt
@@ -56,6 +58,15 @@ def seconds(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _at(value: Any) -> datetime | None:
+    """A time as ``env_state.rollouts`` holds it (ISO 8601, or None)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+def _mean(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def explain(reason: str) -> str:
@@ -118,15 +129,85 @@ if rows:
 else:
     st.caption("Not assessed yet.")
 
+# --- the training run's rollouts ----------------------------------------------------------------
+
+NOTES = {
+    "never_solved": "every one of many rollouts scored 0 while its oracle passes: the task may "
+                    "be unsolvable as posed, or its verifier rejects right answers",
+    "always_solved": "every one of many rollouts scored 1: a verifier that accepts anything? "
+                     "Run the adversarial and verifier-strength controls now",
+}
+CONFIRMED = {
+    "cluster_only": "**Fails on the cluster, passes here**: the full active probe passed after "
+                    "the flag, so the failures come from the cluster (its nodes or container "
+                    "runtime), not from the environment.",
+    "here_too": "**Broken here too**: the full active probe failed as well.",
+}
+
+st.subheader("Rollouts")
+hours = data.rollout_hours(ctx.url, ctx.version, env_id, 168)
+evidence = view.rollouts or {}
+if not evidence and not hours:
+    st.caption("No rollout of it reported by a training run (`POST /v1/rollouts`, or the "
+               "client's rollout reporter).")
+if evidence:
+    columns = st.columns(4)
+    columns[0].metric("Rollout state", str(evidence.get("state", "unknown")))
+    columns[1].metric("Flagged by rollouts", "yes" if evidence.get("flagged") else "no",
+                      help="failing well above the fleet: degraded at once, and probed in "
+                           "full ahead of the queue")
+    columns[2].metric("Rollout failure rate", ui.pct(evidence.get("failure_rate")),
+                      help=f"the environment's failures over the rollouts that judge it; the "
+                           f"fleet's: {ui.pct(evidence.get('fleet_rate'))}")
+    columns[3].metric("Environment's failures",
+                      f"{evidence.get('env_failures', 0):,} of {evidence.get('rollouts', 0):,}")
+    detail = evidence.get("detail")
+    st.markdown(f"**Rollouts say:** {evidence.get('reason', 'ok')}"
+                + (f" — {detail}" if detail else ""))
+    if (confirmed := CONFIRMED.get(str(evidence.get("confirmed")))) is not None:
+        (st.info if evidence.get("confirmed") == "cluster_only" else st.error)(confirmed)
+    for note in evidence.get("notes") or ():
+        st.warning(f"**{note}**: {NOTES.get(note, note)}", icon=":material/flag:")
+    reward = evidence.get("reward") or {}
+    facts = [f"digest `{ui.short(evidence.get('image_digest'), 30)}`",
+             f"since {ui.when(_at(evidence.get('window_start')))}",
+             f"first failure {ui.when(_at(evidence.get('first_failure_at')))}",
+             f"flagged {ui.when(_at(evidence.get('flagged_at')))}",
+             f"SPRT LLR {float(evidence.get('llr') or 0):.2f}"]
+    if reward:
+        facts.append(f"reward mean {float(reward.get('mean') or 0):.3f} over {reward.get('n')}"
+                     f", 0 in {ui.pct(reward.get('zero_share'))}, 1 in "
+                     f"{ui.pct(reward.get('one_share'))}")
+    st.caption(" · ".join(facts))
+if hours:
+    st.altair_chart(ui.rollout_chart(hours, view.taint), width="stretch")
+    st.altair_chart(ui.rollout_rates_chart(hours), width="stretch")
+    ui.table([{"hour": ui.when(h.hour), "rollouts": h.rollouts, "ok": h.ok,
+               "environment's": h.environment, "trainer's": h.trainer,
+               "failure rate": ui.pct(h.failure_rate), "reward mean": _mean(h.reward_mean),
+               "reward 0": ui.pct(h.zero_share), "reward 1": ui.pct(h.one_share),
+               "outcomes": ", ".join(f"{o} {n}" for o, n in h.by_outcome.items()),
+               "digest": ", ".join(ui.short(d) for d in h.digests)} for h in reversed(hours)],
+             key="rollout-hours")
+    st.caption("Per hour, the rollouts a training run reported: the environment's failures "
+               "(its sandbox did not start or died, its verifier crashed, hung or wrote no "
+               "readable reward), ok, and the trainer's (the policy's own time budget, left out "
+               "of the failure rate). The reward's mean and shares are over the rollouts that "
+               "carried one.")
+
 # --- timeline -----------------------------------------------------------------------------------
 
 st.subheader("Timeline")
 limit = st.select_slider("Results", [50, 100, 200, 500], value=200, key="timeline-limit")
 shown = lines[:limit]
 if shown:
-    st.altair_chart(ui.timeline_chart(shown), width="stretch")
+    st.altair_chart(ui.timeline_chart(shown, view.taint), width="stretch")
 else:
     st.caption("No result stored yet.")
+if view.taint:
+    st.caption("Shaded red on the timelines: the intervals in which its rewards cannot be "
+               f"trusted ({len(view.taint)}; hover for why), the samples a trainer should drop, "
+               "relabel or replay.")
 
 # --- evidence -----------------------------------------------------------------------------------
 

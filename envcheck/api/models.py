@@ -61,7 +61,8 @@ class Problem(_Out):
     error: str = Field(description="stable code, e.g. `unknown_suite`, `invalid_token`")
     reason: str = Field(description="what went wrong and what to do about it")
     fields: list[FieldError] = Field(default_factory=list,
-                                     description="per-field errors of a 422 answer")
+                                     description="per-field errors of a 422 answer (a "
+                                                 "400's: the bad rollout record)")
 
 
 class AllowlistOut(_Out):
@@ -200,6 +201,10 @@ class EnvironmentOut(_Out):
     updated_at: datetime | None = Field(description="when the health model last assessed it")
     quarantine: QuarantineEntryOut | None
     kinds: dict[str, KindHealthOut] = Field(description="probe kind -> its health")
+    rollouts: dict[str, Any] | None = Field(
+        None, description="the training run's rollouts as last judged (state, flagged, "
+        "failure and fleet rates, the test's llr, flagged_at, notes, confirmed, by_outcome, "
+        "reward); null without rollout evidence")
     history: list[TransitionOut] = Field(description="its transitions, newest first")
     latest_results: list[ResultOut] = Field(description="the newest result of each probe kind")
 

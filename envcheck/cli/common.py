@@ -58,10 +58,10 @@ KeepFailures = Annotated[float, typer.Option(
          "evidence")]
 KeepHourly = Annotated[float, typer.Option(
     "--keep-hourly", envvar="ENVCHECK_KEEP_HOURLY", metavar="DAYS",
-    help="days hour rollups are kept")]
+    help="days hour rollups (results and rollout counters) are kept")]
 KeepDaily = Annotated[float, typer.Option(
     "--keep-daily", envvar="ENVCHECK_KEEP_DAILY", metavar="DAYS",
-    help="days day rollups are kept")]
+    help="days day rollups (results and rollout counters) are kept")]
 
 err = Console(stderr=True)
 out = Console()

@@ -9,7 +9,7 @@ was lost to another daemon while running.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -34,8 +34,18 @@ from envcheck.cli.common import (
 )
 from envcheck.core.errors import ConfigError, LeaseHeld, StoreError
 from envcheck.executors.kind import ExecutorKind
+from envcheck.health.rollouts import RolloutPolicy
 
 __all__ = ["daemon"]
+
+ROLLOUTS = RolloutPolicy()  # the defaults
+
+
+def _rollouts(name: str, metavar: str, what: str) -> Any:
+    """An option of the rollouts' sequential test (README "Rollouts as evidence"), with its
+    ``ENVCHECK_ROLLOUT_*`` variable."""
+    return typer.Option(envvar=f"ENVCHECK_ROLLOUT_{name}", metavar=metavar,
+                        help=f"the rollouts' test: {what}")
 
 
 def daemon(
@@ -89,6 +99,28 @@ def daemon(
     standby: Annotated[bool, typer.Option(
         "--standby", envvar="ENVCHECK_STANDBY", help="another daemon holds the store: wait, "
         "and take over when it stops or dies (default: exit 2 naming it)")] = False,
+    rollout_p0: Annotated[float, _rollouts("P0", "RATE", "a healthy environment's failure "
+                                           "rate")] = ROLLOUTS.p0,
+    rollout_p1: Annotated[float, _rollouts("P1", "RATE", "a failure rate worth flagging")
+                          ] = ROLLOUTS.p1,
+    rollout_alpha: Annotated[float, _rollouts("ALPHA", "RATE", "the chance of flagging a "
+                                              "healthy environment")] = ROLLOUTS.alpha,
+    rollout_beta: Annotated[float, _rollouts("BETA", "RATE", "the chance of missing one "
+                                             "failing at p1")] = ROLLOUTS.beta,
+    rollout_min: Annotated[int, _rollouts("MIN", "N", "failures and passes counted before "
+                                          "anything is flagged")] = ROLLOUTS.min_rollouts,
+    rollout_fleet_factor: Annotated[float, _rollouts(
+        "FLEET_FACTOR", "X", "p0 rises to the fleet's own failure rate, p1 to at least X "
+        "times it")] = ROLLOUTS.fleet_factor,
+    rollout_window: Annotated[float, _rollouts("WINDOW", "HOURS", "hours of rollouts read")
+                              ] = ROLLOUTS.window_h,
+    rollout_notes_after: Annotated[int, _rollouts(
+        "NOTES_AFTER", "N", "rewards counted before an environment is noted never_solved "
+        "(all 0) or always_solved (all 1)")] = ROLLOUTS.notes_after,
+    rollout_quarantine: Annotated[bool, typer.Option(
+        "--rollout-quarantine", envvar="ENVCHECK_ROLLOUT_QUARANTINE",
+        help="an environment its rollouts flag is quarantined (flaky), not only degraded")
+    ] = ROLLOUTS.quarantine,
 ) -> None:
     """Probe the catalogue on its schedules, serve the feed and metrics, until stopped."""
     import gc
@@ -112,6 +144,14 @@ def daemon(
     catalogue = load_or_exit(paths)
     suite_budgets = _suite_budgets(suite_budget or [], {s.id for s in catalogue.suites})
     retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
+    try:
+        rollouts = RolloutPolicy(rollout_p0, rollout_p1, rollout_alpha, rollout_beta,
+                                 rollout_min, rollout_fleet_factor, rollout_window,
+                                 rollout_quarantine, rollout_notes_after)
+    except ValueError as exc:
+        err.print(f"[red]error[/red] --rollout-*: {escape(str(exc))}", highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
     try:  # read once, here: a missing secret stops the start, not the first alert
         hooks = load_webhooks(webhooks_file, webhook or [], webhook_format)
     except WebhookConfigError as exc:
@@ -132,7 +172,7 @@ def daemon(
                           webhooks=hooks, external_url=external_url, api_token=token,
                           retention=retention, prune_every_s=prune_every,
                           metrics_series=metrics_series, budget_s=budget,
-                          suite_budgets=suite_budgets, standby=standby)
+                          suite_budgets=suite_budgets, standby=standby, rollouts=rollouts)
     try:
         code = run_daemon(config, catalogue)
     except LeaseHeld as exc:  # refused: another daemon writes this store

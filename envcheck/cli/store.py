@@ -95,7 +95,8 @@ def prune(
     database: Database = None,
 ) -> None:
     """Fold raw results past their retention into hourly and daily rollups and delete them,
-    never the health model's window nor a transition's evidence; delete rollups past theirs.
+    never the health model's window nor a transition's evidence; delete rollups past theirs;
+    fold the rollout counters' hour rows into day rows, and delete those past theirs.
     Exit 0 done, 2 bad option, 3 the store failed."""
     retention = retention_or_exit(keep_passes, keep_failures, keep_hourly, keep_daily)
     if dry_run and vacuum:
@@ -134,6 +135,13 @@ def _print(report: PruneReport) -> None:
         ("result_rollup", "hour rows past --keep-hourly deleted", report.hourly_deleted),
         ("result_rollup", "day rows past --keep-daily deleted", report.daily_deleted),
         ("check_run", "runs left without results deleted", report.runs_deleted),
+        ("rollout_rollup", "hour rows past --keep-hourly folded into days",
+         report.rollout_hours_folded),
+        ("rollout_rollup", "day rows past --keep-daily deleted", report.rollout_days_deleted),
+        ("rollout_unknown", "hours past --keep-hourly deleted", report.rollout_unknown_deleted),
+        ("rollout_held", "held hours past --keep-hourly deleted", report.rollout_held_deleted),
+        ("rollout_producer", "producers silent past --keep-hourly deleted",
+         report.rollout_producers_deleted),
     ):
         table.add_row(row[0], row[1], str(row[2]))
     if report.incremental_vacuum:

@@ -114,6 +114,8 @@ class Reason(StrEnum):
     BODY_TOO_LARGE = "body_too_large"
     # degraded: status PASS, but the evidence is weaker than a clean pass (see DEGRADED_REASONS)
     RECOVERED_AFTER_RETRY = "recovered_after_retry"
+    # an environment's state, from the training run's rollouts (never a probe result's)
+    ROLLOUT_FAILURES = "rollout_failures"
     # envcheck's own failures (status ERROR only)
     ENGINE_UNREACHABLE = "engine_unreachable"
     IMAGE_MISSING = "image_missing"
@@ -201,6 +203,10 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.BODY_TOO_LARGE: "the body is larger than the data source's max_body_kb",
     Reason.RECOVERED_AFTER_RETRY: "passed, but only after retrying transient failures "
                                   "(degraded)",
+    Reason.ROLLOUT_FAILURES: "the training run's rollouts fail the environment's way well above "
+                             "the fleet's rate (a sequential test per image digest; an "
+                             "environment's state reason, `rollouts: rollout_failures`, never a "
+                             "probe result's)",
     Reason.ENGINE_UNREACHABLE: "the Docker engine did not answer (not the environment's fault)",
     Reason.IMAGE_MISSING: "the image is not on this host (not the environment's fault)",
     Reason.CHECKER_OOM: "envcheck's checker ran out of memory (not the environment's fault)",

@@ -25,9 +25,11 @@ from envcheck.dashboard.data_sources import source_history as read_source_histor
 from envcheck.dashboard.environment import (
     EnvironmentView,
     FlakyReport,
+    RolloutHour,
     environment_view,
     flaky_report,
 )
+from envcheck.dashboard.environment import rollout_hours as fold_rollout_hours
 from envcheck.dashboard.fleet import (
     Bucketing,
     HeatCell,
@@ -61,6 +63,7 @@ __all__ = [
     "quarantine",
     "reason_codes",
     "results",
+    "rollout_hours",
     "source_history",
     "store_for",
     "timeline",
@@ -162,6 +165,14 @@ def transitions(url: str, version: DataVersion, env_id: str | None = None,
     """The audit history, newest first (of ``env_id``, if given)."""
     return store_for(url).transition_page(env_id, quarantine_only, search,
                                           (max(1, page) - 1) * page_size, page_size)
+
+
+@st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)
+def rollout_hours(url: str, version: DataVersion, env_id: str, hours: int = 168
+                  ) -> list[RolloutHour]:
+    """The training run's rollouts of the environment per hour, oldest first: the ``hours``
+    hours up to its newest. A new batch moves no data version: it shows within the TTL."""
+    return fold_rollout_hours(store_for(url).rollout_counts(env_id, hours))
 
 
 @st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)

@@ -1,23 +1,29 @@
 """From stored results to the feed schedulers read: states, quarantine, allowlists.
 
 One path for every caller (CLI, daemon, API, exports): results are assessed by the pure
-health model, the quarantine policy decides, and state plus transition are written together.
-A cycle judged an infrastructure incident is recorded and moves nothing.
+health model, combined with the training run's rollout evidence (the daemon's look judges
+it anew, :mod:`envcheck.feed.rollouts`; everyone else reads it as last judged), the
+quarantine policy decides, and state plus transition are written together. A cycle judged an
+infrastructure incident is recorded and moves nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import Previous, ProbeResult, Reason, Status
 from envcheck.core.states import EnvState
 from envcheck.feed.exports import default_export_dir, write_exports
 from envcheck.feed.taint import refresh_taint
+from envcheck.health.combined import with_rollouts
 from envcheck.health.quarantine import QuarantineEntry, Source, Transition, decide, manual
+from envcheck.health.rollouts import RolloutHealth
 from envcheck.health.sprt import EnvHealth, HealthPolicy, assess_env
 from envcheck.store import Store
 from envcheck.store.tables.states import EnvStateRow, TransitionRow
@@ -28,6 +34,9 @@ __all__ = [
     "HELD_BACK_SHOWN",
     "CycleOutcome",
     "InfraGuard",
+    "LookOutcome",
+    "Looks",
+    "RolloutJudge",
     "StoreAssessment",
     "assess_cycle",
     "cycle_incident",
@@ -35,6 +44,7 @@ __all__ = [
     "held_back",
     "previous_statuses",
     "set_quarantine_by_id",
+    "stored_rollouts",
     "sync_fleet",
 ]
 
@@ -48,6 +58,9 @@ class InfraGuard:
     min_results: int = 4  # below this a share means nothing
 
 
+# An environment's rollout evidence judged anew, from its probes' health and the evidence as
+# last stored (:meth:`envcheck.feed.rollouts.RolloutLooks.look` hands one in).
+RolloutJudge = Callable[[Environment, EnvHealth, RolloutHealth | None], RolloutHealth | None]
 
 
 def previous_statuses(results: Sequence[ProbeResult]) -> Previous:
@@ -109,22 +122,35 @@ def _kinds_json(health: EnvHealth) -> dict[str, object]:
     return {str(k): h.to_json() for k, h in health.kinds.items()}
 
 
+def stored_rollouts(row: EnvStateRow | None) -> RolloutHealth | None:
+    """An environment's rollout evidence as last judged (None: none)."""
+    doc = row.rollouts if row is not None else None
+    return RolloutHealth.from_json(doc) if isinstance(doc, Mapping) and doc else None
+
+
 def evaluate(store: Store, envs: Sequence[Environment], policy: HealthPolicy | None = None,
-             now: datetime | None = None) -> list[TransitionRow]:
-    """Re-assess environments from their stored history; persist what changed."""
+             now: datetime | None = None, judge: RolloutJudge | None = None
+             ) -> list[TransitionRow]:
+    """Re-assess environments from their stored history; persist what changed. ``judge``:
+    their rollout evidence judged anew (else as last stored)."""
     now = now or datetime.now(UTC)
     policy = policy or HealthPolicy()
     incidents = store.incident_runs()
     changed: list[TransitionRow] = []
     for env in envs:
-        health = assess_env(env.id, env.declared_kinds(), store.observations(env.id), policy,
-                            incidents)
+        history = store.observations(env.id)
+        probes = assess_env(env.id, env.declared_kinds(), history, policy, incidents)
         current = store.env_state(env.id)
+        evidence = stored_rollouts(current)
+        if judge is not None:
+            evidence = judge(env, probes, evidence)
+        health, evidence = with_rollouts(probes, evidence, history, incidents)
         old_state = EnvState(current.state) if current is not None else EnvState.UNKNOWN
         entry, transition = decide(_entry(current), old_state, health, now)
         digest = next((h.identity[0] for h in health.kinds.values() if h.identity), None)
         values: dict[str, object] = {"state": str(health.state), "reason": health.reason,
                                      "image_digest": digest, "kinds": _kinds_json(health),
+                                     "rollouts": evidence.to_json() if evidence else None,
                                      **_entry_values(entry)}
         row = _transition_row(transition, digest) if transition is not None else None
         store.apply(env.id, env.suite, values, row)
@@ -195,22 +221,60 @@ def sync_fleet(store: Store, envs: Sequence[Environment], export_dir: Path | Non
     return moved
 
 
+@dataclass(frozen=True, slots=True)
+class LookOutcome:
+    """What one look at the rollouts did (:class:`envcheck.feed.rollouts.RolloutLooks`):
+    environments flagged anew (a full probe of each now), noted ``always_solved`` anew
+    (their tests probe now), the transitions, the incident, and how many it judged."""
+
+    flagged: tuple[str, ...] = ()
+    always_solved: tuple[str, ...] = ()
+    transitions: tuple[TransitionRow, ...] = ()
+    incident: tuple[str, int, int, str] | None = None
+    judged: int = 0
+
+
+class Looks(Protocol):
+    """Looks at the rollouts counted since the last (:class:`envcheck.feed.rollouts.
+    RolloutLooks`, which builds on :func:`evaluate`)."""
+
+    def look(self, envs: Mapping[str, Environment]) -> LookOutcome: ...
+
+
 class StoreAssessment:
     """The scheduler's windows judged by the feed's one rule, against one store: what the
-    daemon hands the scheduler (which knows nothing of the feed)."""
+    daemon hands the scheduler (which knows nothing of the feed). With ``looks``, also the
+    daemon's looks at the training run's rollouts (:meth:`rollouts`). One judgement at a
+    time: the windows' thread and the looks' write the same states."""
 
-    def __init__(self, store: Store, export_dir: Path | None = None) -> None:
-        self._store, self._export_dir = store, export_dir
+    def __init__(self, store: Store, export_dir: Path | None = None,
+                 looks: Looks | None = None) -> None:
+        self._store, self._export_dir, self._looks = store, export_dir, looks
+        self._lock = threading.Lock()
 
     def window(self, run_id: str, envs: Sequence[Environment], results: Sequence[ProbeResult],
                before: Previous) -> CycleOutcome:
-        return assess_cycle(self._store, run_id, envs, results, before,
-                            export_dir=self._export_dir)
+        with self._lock:
+            return assess_cycle(self._store, run_id, envs, results, before,
+                                export_dir=self._export_dir)
 
     def catch_up(self, envs: Sequence[Environment]) -> list[TransitionRow]:
-        return evaluate(self._store, envs)
+        with self._lock:
+            return evaluate(self._store, envs)
 
     def fleet(self, envs: Sequence[Environment]) -> list[TransitionRow]:
         """The daemon's catalogue is the fleet: environments it names again come back, those
         it no longer names retire (each with a transition); the exports follow."""
-        return sync_fleet(self._store, envs, self._export_dir)
+        with self._lock:
+            return sync_fleet(self._store, envs, self._export_dir)
+
+    def rollouts(self, envs: Mapping[str, Environment]) -> LookOutcome | None:
+        """A look at the rollouts counted since the last (None: no looks wired in); the
+        exports follow its transitions."""
+        if self._looks is None:
+            return None
+        with self._lock:
+            outcome = self._looks.look(envs)
+            if outcome.transitions:
+                write_exports(self._store, self._export_dir or default_export_dir())
+            return outcome

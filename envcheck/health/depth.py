@@ -3,7 +3,9 @@ environment's current identity. Pure (no I/O): the feed reads the stored state a
 the probe follows the advice; the bench simulates a fleet with the same function.
 
 - **Full** (the whole protocol: negative control, every rerun, confirmation) when there is no
-  evidence for the current image digest and spec, when the kind is anything but healthy
+  evidence for the current image digest and spec, while the training run's rollouts flag the
+  environment (and once after they note it ``always_solved``), when the kind is anything but
+  healthy
   (unknown, degraded, flaky, broken) or quarantined, when the SPRT is not at its healthy
   bound (a failure not yet outweighed, or fewer than ~15 runs), when the clean streak since
   the newest failure is shorter than ``light_after_runs`` runs or began less than
@@ -21,6 +23,7 @@ from datetime import datetime
 from envcheck.catalogue.probe_specs import AdaptiveDepth
 from envcheck.core.depth import Depth, DepthAdvice
 from envcheck.core.states import EnvState
+from envcheck.health.rollouts import ALWAYS_SOLVED, RolloutHealth
 from envcheck.health.sprt import HealthPolicy, KindHealth
 
 __all__ = ["advise"]
@@ -38,9 +41,11 @@ def _ago(seconds: float) -> str:
 
 
 def advise(settings: AdaptiveDepth | None, health: KindHealth | None, *, quarantined: bool,
-           now: datetime, policy: HealthPolicy = _POLICY) -> DepthAdvice:
+           now: datetime, policy: HealthPolicy = _POLICY,
+           rollouts: RolloutHealth | None = None) -> DepthAdvice:
     """The depth of the next tests probe. ``settings`` None: the catalogue pins a fixed
-    depth; ``health``: the tests kind as last assessed (None: never)."""
+    depth; ``health``: the tests kind as last assessed (None: never); ``rollouts``: the
+    environment's rollout evidence as last judged (None: none)."""
     if settings is None:
         return DepthAdvice(Depth.FIXED, "fixed depth (tests.depth: fixed)")
     if health is None or health.identity is None:
@@ -50,6 +55,12 @@ def advise(settings: AdaptiveDepth | None, health: KindHealth | None, *, quarant
     def full(why: str) -> DepthAdvice:
         return DepthAdvice(Depth.FULL, why, digest, spec)
 
+    if rollouts is not None and rollouts.flagged:
+        return full(f"rollout failures: {rollouts.detail}")
+    noted = rollouts.notes_since.get(ALWAYS_SOLVED) if rollouts is not None else None
+    if noted is not None and (health.full_at is None or health.full_at < noted):
+        return full("always solved on the cluster: every reward 1 since "
+                    f"{noted.isoformat(timespec='minutes')}")
     if quarantined:
         return full("quarantined")
     if health.state is not EnvState.HEALTHY:

@@ -232,9 +232,17 @@ class EnvHealth:
     env_id: str
     state: EnvState
     kinds: dict[ProbeKind, KindHealth] = field(default_factory=dict)
+    # the reason, when evidence beside the probe kinds decided it (the training run's
+    # rollouts: :func:`envcheck.health.combined.with_rollouts`); None: the kinds' reason
+    why: str | None = None
 
     @property
     def reason(self) -> str:
+        return self.why if self.why is not None else self.probe_reason
+
+    @property
+    def probe_reason(self) -> str:
+        """Why the probe kinds put it in its state: the worst kind's reason."""
         worst = [k for k in self.kinds.values() if k.state == self.state
                  and (k.failures or k.reason != Reason.OK)]
         if worst:

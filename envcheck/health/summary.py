@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from envcheck.core.states import EnvState
 from envcheck.health.quarantine import standing
@@ -29,6 +30,7 @@ class EnvSummary:
     quarantine: QuarantineListing | None
     kinds: tuple[KindHealth, ...]  # as the health model last assessed them, in stored order
     retired_at: datetime | None = None  # left the daemon's catalogue: in no allowlist
+    rollouts: dict[str, Any] | None = None  # ``env_state.rollouts``: as last judged
 
 
 def env_summary(row: EnvStateRow | None, suite: SuiteRow | None,
@@ -42,4 +44,5 @@ def env_summary(row: EnvStateRow | None, suite: SuiteRow | None,
     return EnvSummary(
         now.state, now.reason, allowed, row.image_digest, row.updated_at,
         QuarantineListing.of(row) if now.quarantined else None,
-        tuple(KindHealth.from_json(k, v) for k, v in row.kinds.items()), retired_at)
+        tuple(KindHealth.from_json(k, v) for k, v in row.kinds.items()), retired_at,
+        row.rollouts)

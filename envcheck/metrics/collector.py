@@ -3,7 +3,8 @@ that follows what changed since the last scrape, not the size of the fleet.
 
 :class:`StoreMetrics` holds what the series show between scrapes: each scrape reads the
 results and transitions stored since the last one, and the state rows those transitions
-name (``fleet``, ``probes``). It is a prometheus-client collector for the families of a few
+name (``fleet``, ``probes``), and the training run's rollouts of the hours still open
+(``rollouts``). It is a prometheus-client collector for the families of a few
 series each (per suite, kind, status, data source); the families with one series per
 environment are kept as text, a line per environment rendered when it changes
 (:mod:`~envcheck.metrics.text`), and :meth:`StoreMetrics.render` appends them to the
@@ -27,6 +28,7 @@ from envcheck.core.memory import give_back
 from envcheck.core.numbers import percentile
 from envcheck.metrics.fleet import FleetSeries
 from envcheck.metrics.probes import ProbeSeries
+from envcheck.metrics.rollouts import RolloutSeries
 from envcheck.metrics.staleness import Staleness
 from envcheck.metrics.text import FamilyText, sample_line
 from envcheck.store.tables.catalogue import SuiteRow
@@ -95,6 +97,7 @@ class StoreMetrics(Collector):
         self._lock = threading.RLock()  # one scrape at a time: they share what is held
         self._fleet = FleetSeries(per_environment, now)
         self._probes = ProbeSeries(store)
+        self._rollouts = RolloutSeries(store, per_environment, now)
         self._staleness = Staleness()
         self._tricks = FamilyText("envcheck_reward_hackable_tricks", "gauge",
                                   "1 for each trick that earned the reward in the newest "
@@ -118,7 +121,8 @@ class StoreMetrics(Collector):
         with self._lock:
             read = self._fleet.suites_version
             head = generate_latest(self.registry)  # collect() below refreshes
-            parts = [head, *self._fleet.environment_parts(), *self._trick_parts()]
+            parts = [head, *self._fleet.environment_parts(), *self._trick_parts(),
+                     *self._rollouts.environment_parts()]
             if self._fleet.suites_version != read:  # everything was read again: at the
                 give_back()  # first scrape, after a catalogue sync
             return parts
@@ -127,10 +131,13 @@ class StoreMetrics(Collector):
         with self._lock:
             self._fleet.refresh(self._store)
             self._probes.refresh(self._store, self._fleet.suite_of)
+            self._rollouts.refresh(self._store, self._fleet.suite_of)
             suites = self._store.suites()
+            suite_ids = [s.id for s in suites]
             families = [*self._probe_families(), *self._fleet_families(suites),
-                        *self._datasource_families(), *self._hack_families([s.id for s in suites]),
-                        *self._feed_families(), *self._scheduler_families()]
+                        *self._datasource_families(), *self._hack_families(suite_ids),
+                        *self._rollouts.families(suite_ids), *self._feed_families(),
+                        *self._scheduler_families()]
         yield from families
         up = GaugeMetricFamily("envcheck_up", "1 while envcheck answers scrapes")
         up.add_metric([], 1.0)

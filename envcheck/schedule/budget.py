@@ -9,9 +9,11 @@ charged. Work is **affordable** when the spend plus its estimate stays within ev
 that applies (the fleet's, its suite's); when nothing of a scope is spent or running, any
 work is, so one probe dearer than a whole hour's budget still runs, alone.
 
-**Worth** (lower first): work for an environment that is new (never checked, or defined anew
-by a catalogue reload: a new image or spec is evidence nobody has), then stale (no result for
-two intervals), then suspect (degraded, flaky, broken), then the rest, quarantined last. The
+**Worth** (lower first): urgent work first (a probe the training run's rollouts asked for:
+an environment they flagged anew, quarantined or not; the budget does not hold it back), then
+work for an environment that is new (never checked, or defined anew by a catalogue reload: a
+new image or spec is evidence nobody has), then stale (no result for two intervals), then
+suspect (degraded, flaky, broken), then the rest, quarantined last. The
 scheduler's queue orders by it, so a tight budget goes to the work worth most, and the rest
 waits (deferred, counted, and re-ranked each time the budget frees: work that waited long
 enough becomes stale and rises).
@@ -23,15 +25,18 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["NEW", "NORMAL", "QUARANTINED", "STALE", "SUSPECT", "WINDOW_S", "Budget",
+__all__ = ["NEW", "NORMAL", "QUARANTINED", "STALE", "SUSPECT", "URGENT", "WINDOW_S", "Budget",
            "BudgetLimits", "BudgetLine", "worth"]
 
-NEW, STALE, SUSPECT, NORMAL, QUARANTINED = range(5)
+URGENT, NEW, STALE, SUSPECT, NORMAL, QUARANTINED = range(-1, 5)
 WINDOW_S = 3600.0  # the budget is per hour, over the last hour
 
 
-def worth(*, new: bool, stale: bool, suspect: bool, quarantined: bool) -> int:
+def worth(*, new: bool, stale: bool, suspect: bool, quarantined: bool,
+          urgent: bool = False) -> int:
     """The priority of an environment's next probe (lower runs first)."""
+    if urgent:
+        return URGENT
     if quarantined:
         return QUARANTINED
     if new:

@@ -38,6 +38,7 @@ class Ledger:
         self.generation = -1
         self.cost: dict[Key, float] = {}  # newest duration: the budget's estimate
         self.new: set[Key] = set()  # defined anew by a reload, no result since
+        self.urgent: set[Key] = set()  # asked for now, ahead of the queue; not started yet
 
     def seed(self, outcomes: Iterable[Any]) -> None:
         """The latest outcome of every (environment, kind) in the store, at start."""
@@ -84,7 +85,8 @@ class Ledger:
         interval = self.interval(env, kind) if env is not None else None
         stale = last is None or (interval is not None and now - last > STALE_INTERVALS * interval)
         return worth(new=last is None or (env_id, kind) in self.new, stale=stale,
-                     suspect=env_id in self.suspect, quarantined=env_id in self.quarantined)
+                     suspect=env_id in self.suspect, quarantined=env_id in self.quarantined,
+                     urgent=(env_id, kind) in self.urgent)
 
     def estimate(self, key: Key) -> float:
         return self.cost.get(key, DEFAULT_ESTIMATE_S)

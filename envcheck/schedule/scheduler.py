@@ -2,10 +2,12 @@
 
 Each (environment, probe kind) is an interval job with jitter (an entry of
 :mod:`.timetable`, timed by APScheduler's interval triggers) that only puts work on a
-priority queue (stale first, then suspect, then the rest, quarantined last); ``concurrency``
-worker threads take work from it, so a 2-core host never runs more sandboxes than that, and
-no more than ``per_image`` of one image at once; a busy image never idles a worker, and an
-(environment, kind) already queued or running is not queued again (:mod:`.workqueue`).
+priority queue (stale first, then suspect, then the rest, quarantined last; urgent work, what
+the training run's rollouts ask for, before all: ``enqueue_now(..., urgent=True)``);
+``concurrency`` worker threads take work from it, so a 2-core host never runs more sandboxes
+than that, and no more than ``per_image`` of one image at once; a busy image never idles a
+worker, and an (environment, kind) already queued or running is not queued again
+(:mod:`.workqueue`).
 Quarantined environments are probed ``quarantined_factor`` times less often; their jobs are
 rescheduled when the quarantine changes (by a window's assessment or by hand).
 
@@ -227,9 +229,13 @@ class ProbeScheduler:
         with self._lock:
             return self._ledger.take_states(generation, quarantined, suspect)
 
-    def enqueue_now(self, env_id: str, kind: ProbeKind) -> bool:
+    def enqueue_now(self, env_id: str, kind: ProbeKind, *, urgent: bool = False) -> bool:
         """Check soon, out of schedule (tests, the API). False if it is already queued or
-        running, or the environment is unknown."""
+        running, or the environment is unknown. ``urgent``: ahead of the queue and past the
+        budget (what the training run's rollouts ask for); queued work is promoted, running
+        work runs again when it ends; False only if the environment is unknown."""
+        if urgent:
+            return self._workers.urgent(env_id, kind)
         return self._workers.due(env_id, kind)
 
     # --- windows ------------------------------------------------------------------------

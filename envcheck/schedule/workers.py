@@ -5,6 +5,10 @@ window.
 A busy image never idles a worker, and an (environment, kind) already queued or running is
 not queued again (:mod:`.workqueue`). Work the budget cannot afford now is deferred (still
 queued) and competes again, re-ranked, every few seconds and whenever a probe ends.
+
+**Urgent** work (:meth:`Workers.urgent`: what the training run's rollouts asked for) goes
+ahead of everything and past the budget: queued work is promoted in place, and work running
+when it is asked for runs once more when it ends (its result began before the question).
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
-from envcheck.schedule.budget import Budget, BudgetLimits, BudgetLine
+from envcheck.schedule.budget import URGENT, Budget, BudgetLimits, BudgetLine
 from envcheck.schedule.ledger import Ledger
 from envcheck.schedule.windows import Windows
-from envcheck.schedule.workqueue import Work, WorkQueue
+from envcheck.schedule.workqueue import Key, Work, WorkQueue
 from envcheck.store.pending import PendingWrites
 
 __all__ = ["SchedulerStats", "Workers"]
@@ -73,6 +77,7 @@ class Workers:
         self._budget = Budget(budget)
         self._budget_freed = False  # a probe ended since deferred work last looked
         self._released_at = float("-inf")  # monotonic
+        self._again: set[Key] = set()  # urgent while running: queued again when it ends
         self.stats = SchedulerStats()
         self._note_budget(time.time())
 
@@ -110,9 +115,27 @@ class Workers:
             self._work_ready.notify()
         return True
 
+    def urgent(self, env_id: str, kind: ProbeKind) -> bool:
+        """Probe now, ahead of the queue and past the budget; False if stopping or the
+        environment is unknown."""
+        key = (env_id, kind)
+        with self._lock:
+            if self._stopping.is_set() or env_id not in self._ledger.envs:
+                return False
+            self._ledger.urgent.add(key)
+            if key not in self._queue:
+                self._queue.put(URGENT, time.time(), env_id, kind)
+            elif not self._queue.promote(key, URGENT):
+                self._again.add(key)  # running: its result began before the question
+            self.stats.queued = self._queue.queued
+            self._work_ready.notify()
+        return True
+
     # --- the budget (call holding the lock) -----------------------------------------------
 
     def _afford(self, work: Work, env: Environment) -> bool:
+        if work.priority == URGENT:
+            return True
         return self._budget.affordable(env.suite, self._ledger.estimate(work.key), time.time())
 
     def _release_deferred(self) -> None:
@@ -170,6 +193,7 @@ class Workers:
                         self._work_ready.wait(BUDGET_RETRY_S if self._queue.deferred_count
                                               else None)
                 work, env = picked
+                self._ledger.urgent.discard(work.key)  # started: what was asked for runs
                 estimate = self._ledger.estimate(work.key)
                 self._budget.start(env.suite, estimate)
                 self._note_budget(time.time())
@@ -184,6 +208,10 @@ class Workers:
                     self._budget.end(env.suite, estimate)
                     self._budget_freed = True  # deferred work may fit now
                     self._queue.done(work, env)
+                    if work.key in self._again:
+                        self._again.discard(work.key)
+                        if not self._stopping.is_set():
+                            self._queue.put(URGENT, time.time(), *work.key)
                     self.stats.completed += 1
                     self.stats.queued, self.stats.running = (self._queue.queued,
                                                              self._queue.running)

@@ -10,7 +10,8 @@ Bookkeeping only, no threads and no lock of its own: the scheduler calls it hold
   environment (a trick must meet the verifier as the only thing in flight there, and the
   probe's cost is the environment's alone): it waits until the environment's other work
   ends, and the environment's other work waits while it runs or waits.
-- **Dedupe**: an (environment, kind) already queued or running is refused.
+- **Dedupe**: an (environment, kind) already queued or running is refused; queued work can
+  be promoted to a better priority in place (``promote``).
 - **Budget**: work the caller cannot afford now (``take``'s ``afford``) is set aside as
   deferred, still queued (so its next due time is refused too: it is probed less often), and
   goes back, re-ranked, when the caller says the budget has room again (``release_deferred``).
@@ -72,6 +73,28 @@ class WorkQueue:
         heapq.heappush(self._pending, Work(priority, due, next(self._seq), env_id, kind))
         self.queued += 1
         return True
+
+    def promote(self, key: Key, priority: int) -> bool:
+        """Queued work of ``key`` (waiting for any reason) now ranks at ``priority`` if that
+        is better, and competes again at once; False if it is not queued (running, or
+        absent). Rare (urgent work), so a scan of the waiting work."""
+        for heap in (self._pending, *self._blocked.values(), *self._held.values(),
+                     self._deferred):
+            for i, work in enumerate(heap):
+                if work.key != key:
+                    continue
+                if work.priority > priority:
+                    heap.pop(i)
+                    heapq.heapify(heap)
+                    heapq.heappush(self._pending, replace(work, priority=priority))
+                    self._drop_empty()
+                return True
+        return False
+
+    def _drop_empty(self) -> None:
+        for waiting in (self._blocked, self._held):
+            for name in [k for k, heap in waiting.items() if not heap]:
+                del waiting[name]
 
     @property
     def deferred(self) -> list[Work]:

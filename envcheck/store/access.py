@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
@@ -74,6 +74,12 @@ class StoreAccess:
                     yield conn
             except SQLAlchemyError as exc:
                 raise operation_failed(exc) from exc
+
+    def _count(self, table: Any, where: tuple[Any, ...]) -> int:
+        """How many rows of ``table`` meet every condition of ``where``."""
+        with self._reading() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)
+                                    .where(*where)).scalar_one())
 
     def _upsert(self) -> Any:
         """The dialect's ``insert`` that has ``on_conflict_do_update``/``_do_nothing``."""

@@ -9,14 +9,16 @@ suite, run, webhook...) and is upserted whole, so a re-run also carries what cha
 PostgreSQL's id sequences are then moved past the copied ids, so the target's next insert
 does not collide with a copied row.
 
-Verified by each table's row count and by a checksum of the environments' states (state,
-reason, quarantine) computed the same way on both sides. A live daemon keeps writing: stop it
+Verified by each table's row count, the sums of the rollout counters, and a checksum of the
+environments' states (state, reason, quarantine, rollout evidence) computed the same way on
+both sides. A live daemon keeps writing: stop it
 (or copy again once it is stopped) before switching to the target.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,14 +31,20 @@ from envcheck.core.errors import StoreError
 from envcheck.store.database import redact, upsert_insert
 from envcheck.store.store import Store
 
-__all__ = ["APPEND_ONLY", "CopyReport", "TableCopy", "copy_store", "state_checksum"]
+__all__ = ["APPEND_ONLY", "CopyReport", "TableCopy", "copy_store", "counter_sums",
+           "state_checksum"]
 
 # Rows written once and never updated: a resumed copy continues after the target's last key.
 APPEND_ONLY = frozenset({"probe_result", "transition", "incident"})
 BATCH_ROWS = 2000
 # What a state is, for the checksum: the feed's answer for each environment.
 _STATE_COLUMNS = ("env_id", "suite", "state", "reason", "image_digest", "quarantined",
-                  "q_source", "q_actor", "q_reason", "q_evidence")
+                  "q_source", "q_actor", "q_reason", "q_evidence", "rollouts")
+# Tables whose rows are counters that add (a row count says nothing of their values): the sums
+# of their integer counters, compared on both sides (floats sum differently per backend).
+_COUNTED = {"rollout_rollup": ("count", "reward_n", "reward_zero", "reward_one",
+                               "sandbox_start_s_n", "agent_s_n", "verifier_s_n"),
+            "rollout_unknown": ("count",)}
 
 
 @dataclass(slots=True)
@@ -59,12 +67,15 @@ class CopyReport:
     tables: list[TableCopy] = field(default_factory=list)
     source_states: str = ""
     target_states: str = ""
+    source_counts: dict[str, int] = field(default_factory=dict)
+    target_counts: dict[str, int] = field(default_factory=dict)
     complete: bool = True  # False when stopped early (``max_rows``)
 
     @property
     def verified(self) -> bool:
         return (self.complete and all(t.matches for t in self.tables)
-                and self.source_states == self.target_states)
+                and self.source_states == self.target_states
+                and self.source_counts == self.target_counts)
 
     def problems(self) -> list[str]:
         found = [f"{t.name}: {t.source_rows} row(s) in the source, {t.target_rows} in the "
@@ -72,6 +83,10 @@ class CopyReport:
         if self.source_states != self.target_states:
             found.append(f"the states differ (checksum {self.source_states[:12]} in the "
                          f"source, {self.target_states[:12]} in the target)")
+        found += [f"{name}: {self.source_counts[name]} in the source, "
+                  f"{self.target_counts.get(name)} in the target"
+                  for name in sorted(self.source_counts)
+                  if self.source_counts[name] != self.target_counts.get(name)]
         if not self.complete:
             found.append("stopped before the end: run the copy again to continue")
         return found
@@ -148,9 +163,24 @@ def state_checksum(engine: Engine) -> str:
     with engine.connect() as conn:
         for row in conn.execute(select(*(table.c[n] for n in _STATE_COLUMNS))
                                 .order_by(table.c.env_id)):
-            digest.update(repr(tuple(row)).encode())
+            # JSON values canonical: the same object reads back alike from either backend
+            digest.update(repr(tuple(json.dumps(v, sort_keys=True)
+                                     if isinstance(v, dict | list) else v
+                                     for v in row)).encode())
             digest.update(b"\n")
     return digest.hexdigest()
+
+
+def counter_sums(engine: Engine) -> dict[str, int]:
+    """``table.column`` -> the sum of that counter column over the table (:data:`_COUNTED`)."""
+    sums: dict[str, int] = {}
+    with engine.connect() as conn:
+        for name, columns in _COUNTED.items():
+            table = SQLModel.metadata.tables[name]
+            row = conn.execute(select(*(func.coalesce(func.sum(table.c[c]), 0)
+                                        for c in columns))).one()
+            sums.update({f"{name}.{c}": int(v) for c, v in zip(columns, row, strict=True)})
+    return sums
 
 
 def copy_store(source: Store, target: Store, *, batch_rows: int = BATCH_ROWS,
@@ -193,6 +223,7 @@ def copy_store(source: Store, target: Store, *, batch_rows: int = BATCH_ROWS,
             table = SQLModel.metadata.tables[done.name]
             done.source_rows, done.target_rows = _count(src, table), _count(dst, table)
         report.source_states, report.target_states = state_checksum(src), state_checksum(dst)
+        report.source_counts, report.target_counts = counter_sums(src), counter_sums(dst)
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise StoreError(f"copying {report.source} to {report.target} failed: {reason}; "

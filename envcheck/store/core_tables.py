@@ -12,15 +12,20 @@ from sqlmodel import SQLModel
 from envcheck.store.tables.catalogue import EnvironmentRow, SuiteRow
 from envcheck.store.tables.deliveries import NotificationRow, WebhookRow
 from envcheck.store.tables.results import ProbeResultRow
-from envcheck.store.tables.rollouts import RolloutProducerRow, RolloutUnknownRow, rollout_rollup
+from envcheck.store.tables.rollouts import (
+    RolloutHeldRow,
+    RolloutProducerRow,
+    RolloutUnknownRow,
+    rollout_rollup,
+)
 from envcheck.store.tables.rollups import RetentionMarkRow, result_rollup
 from envcheck.store.tables.runs import CheckRun, IncidentRow
 from envcheck.store.tables.shapes import DataSourceShapeRow
 from envcheck.store.tables.states import EnvStateRow, TransitionRow
 
-__all__ = ["ENVS", "INCIDENTS", "MARKS", "NOTIFICATIONS", "PRODUCERS", "RESULTS", "ROLLOUTS",
-           "ROLLUPS", "RUNS", "SHAPES", "STATES", "SUITES", "TRANSITIONS", "UNKNOWN_ROLLOUTS",
-           "WEBHOOKS", "columns", "not_retired"]
+__all__ = ["ENVS", "HELD_ROLLOUTS", "INCIDENTS", "MARKS", "NOTIFICATIONS", "PRODUCERS",
+           "RESULTS", "ROLLOUTS", "ROLLUPS", "RUNS", "SHAPES", "STATES", "SUITES",
+           "TRANSITIONS", "UNKNOWN_ROLLOUTS", "WEBHOOKS", "columns", "not_retired"]
 
 
 def _core(model: type[SQLModel]) -> Any:
@@ -43,6 +48,7 @@ ROLLUPS: Any = result_rollup
 ROLLOUTS: Any = rollout_rollup
 PRODUCERS = _core(RolloutProducerRow)
 UNKNOWN_ROLLOUTS = _core(RolloutUnknownRow)
+HELD_ROLLOUTS = _core(RolloutHeldRow)
 
 
 def not_retired(env_id: Any) -> ColumnElement[bool]:

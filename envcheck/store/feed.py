@@ -91,12 +91,16 @@ class FeedRecords(StoreAccess):
 
     def record_incident(self, run_id: str, kind: str, failing: int, total: int, detail: str,
                         held_back: int = 0,
-                        held_back_failures: Sequence[dict[str, str]] = ()) -> None:
+                        held_back_failures: Sequence[dict[str, str]] = ()) -> int:
+        """The incident's id."""
         with self._session() as session:
-            session.add(IncidentRow(run_id=run_id, kind=kind, failing=failing, total=total,
-                                    detail=detail, held_back=held_back,
-                                    held_back_failures=list(held_back_failures)))
+            row = IncidentRow(run_id=run_id, kind=kind, failing=failing, total=total,
+                              detail=detail, held_back=held_back,
+                              held_back_failures=list(held_back_failures))
+            session.add(row)
             session.commit()
+            assert row.id is not None
+            return row.id
 
     def incident_runs(self) -> frozenset[str]:
         with self._session() as session:

@@ -1,5 +1,7 @@
 """Pruning (mixed into ``Store``): raw results past their retention folded into the rollups
-and deleted, old rollups and empty runs deleted, free pages given back (SQLite).
+and deleted, old rollups and empty runs deleted, the rollout counters' hour rows folded into
+day rows and old ones deleted (:mod:`envcheck.store.rollout_retention`), free pages given back
+(SQLite).
 
 What is never pruned, so that no state, allowlist or transition changes:
 
@@ -73,10 +75,10 @@ from sqlalchemy import (
 )
 
 from envcheck.core.results import DEGRADED_REASONS, Status
-from envcheck.store.access import StoreAccess
 from envcheck.store.core_tables import INCIDENTS, MARKS, RESULTS, ROLLUPS, RUNS, STATES, TRANSITIONS
 from envcheck.store.feed import OBSERVATION_WINDOW
 from envcheck.store.retention import Cutoffs, PruneReport, Retention
+from envcheck.store.rollout_retention import RolloutRetention
 from envcheck.store.rollups import FOLD_COLUMNS, HOURLY_FROM, add_rollups, fold, hourly_from
 from envcheck.store.tables.columns import UTCDateTime
 from envcheck.store.tables.rollups import RollupPeriod
@@ -164,7 +166,7 @@ DELETE FROM result_rollup WHERE ctid = ANY(ARRAY(
 """).bindparams(bindparam("before", type_=UTCDateTime()))
 
 
-class RetentionRecords(StoreAccess):
+class RetentionRecords(RolloutRetention):
     def prune(self, retention: Retention | None = None, now: datetime | None = None, *,
               dry_run: bool = False, give_back_all: bool = False) -> PruneReport:
         """Apply ``retention`` (default: :class:`Retention`'s defaults) as of ``now``
@@ -198,6 +200,7 @@ class RetentionRecords(StoreAccess):
         report.daily_deleted = self._delete_rollups(RollupPeriod.DAY, cut.daily,
                                                     retention.batch, dry_run)
         self._prune_runs(cut, retention.batch, report, doomed)
+        self._prune_rollouts(cut, retention.batch, report)
         if self._engine.dialect.name == "sqlite":
             report.incremental_vacuum = self._incremental_vacuum_on()
             if not dry_run and report.incremental_vacuum:
@@ -320,11 +323,6 @@ class RetentionRecords(StoreAccess):
                 emptied += sum(1 for run_id, n in conn.execute(query) if n == doomed[run_id])
         return emptied
 
-    def _count(self, table: Any, where: tuple[Any, ...]) -> int:
-        with self._reading() as conn:
-            return int(conn.execute(select(func.count()).select_from(table)
-                                    .where(*where)).scalar_one())
-
     def _delete_batches(self, pick: Select[Any], remove: Callable[[Sequence[Any]], Delete]
                         ) -> int:
         """Pick a batch of keys and delete them, one short transaction a batch, until none
@@ -373,5 +371,6 @@ class RetentionRecords(StoreAccess):
                 auto.exec_driver_sql("PRAGMA auto_vacuum=INCREMENTAL")
                 auto.exec_driver_sql("VACUUM")
             else:
-                auto.exec_driver_sql("VACUUM ANALYZE probe_result, result_rollup, check_run")
+                auto.exec_driver_sql("VACUUM ANALYZE probe_result, result_rollup, check_run, "
+                                     "rollout_rollup")
 

@@ -77,6 +77,11 @@ class PruneReport:
     hourly_deleted: int = 0
     daily_deleted: int = 0
     runs_deleted: int = 0  # check runs left without results or incidents
+    rollout_hours_folded: int = 0  # rollout_rollup hour rows folded into day rows
+    rollout_days_deleted: int = 0  # rollout_rollup day rows past the day retention
+    rollout_unknown_deleted: int = 0  # rollout_unknown hours past the hour retention
+    rollout_held_deleted: int = 0  # rollout_held hours past the hour retention
+    rollout_producers_deleted: int = 0  # producers not heard from for the hour retention
     pages_freed: int = 0  # SQLite: pages given back to the file system
     pages_kept_free: int = 0  # SQLite: free pages kept for the next inserts (the reserve)
     incremental_vacuum: bool | None = None  # SQLite: does the file give pages back? (else None)

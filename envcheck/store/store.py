@@ -35,7 +35,7 @@ from envcheck.store.database import (
 from envcheck.store.deliveries import DeliveryRecords
 from envcheck.store.feed import FeedRecords
 from envcheck.store.prune import RetentionRecords
-from envcheck.store.rollouts import RolloutRecords
+from envcheck.store.rollouts import RolloutIngest, RolloutRecords
 from envcheck.store.shapes import ShapeRecords
 from envcheck.store.tables.catalogue import EnvironmentRow
 from envcheck.store.tables.results import ProbeResultRow, probe_result
@@ -106,6 +106,7 @@ class Store(FeedRecords, ShapeRecords, DeliveryRecords, RetentionRecords, Rollou
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._rollout_ingest = RolloutIngest()  # known ids, batches written together
         # SQLite has one writer at a time and pysqlite connections are not meant to be shared;
         # serialising this process' access avoids "database is locked" between our own threads
         # (other processes wait on busy_timeout). PostgreSQL needs no such lock.

@@ -49,6 +49,7 @@ def router(store: Store, clock: Callable[[], float]) -> APIRouter:
             quarantine=QuarantineEntryOut.model_validate(quarantine, from_attributes=True)
             if quarantine is not None else None,
             kinds={str(k.kind): KindHealthOut.of(k) for k in summary.kinds},
+            rollouts=summary.rollouts,
             history=[TransitionOut.of(t) for t in store.transitions(env_id, limit=history)]
             if history else [],
             latest_results=[ResultOut.of(r) for r in store.latest_results([env_id])])

@@ -44,7 +44,8 @@ class IncidentFields(SQLModel):
     model_config = FROZEN
 
     at: datetime = Field(default_factory=now, sa_type=UTCDateTime)
-    kind: str = Field(description="engine_unreachable or failure_storm")
+    kind: str = Field(description="engine_unreachable, failure_storm (probes) or "
+                                  "rollout_storm (the training run's rollouts)")
     failing: int = Field(description="probes that failed (or hit the engine's failure)")
     total: int = Field(description="probes judged")
     detail: str

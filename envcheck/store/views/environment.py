@@ -1,16 +1,16 @@
 """The environment page's reads: its catalogue record, its results (as timeline lines or in
-full), and the image digests its results saw."""
+full), the image digests its results saw, and the training run's rollouts of it per hour."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, func, select
 
-from envcheck.store.core_tables import ENVS, RESULTS, ROLLUPS
+from envcheck.store.core_tables import ENVS, RESULTS, ROLLOUTS, ROLLUPS
 from envcheck.store.rollups import Histogram, duration_bucket_sql, histogram_sums
 from envcheck.store.tables.results import ResultLine
 from envcheck.store.tables.rollups import DURATION_COLUMNS, RollupPeriod
@@ -24,7 +24,7 @@ from envcheck.store.views.common import (
     stored_result,
 )
 
-__all__ = ["DigestSpan", "EnvironmentRecord", "EnvironmentViews", "ResultLine"]
+__all__ = ["DigestSpan", "EnvironmentRecord", "EnvironmentViews", "ResultLine", "RolloutCount"]
 
 _FAILING = ("fail", "flaky")
 
@@ -54,6 +54,22 @@ class DigestSpan:
     p50_s: float | None = None
     p95_s: float | None = None
     max_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutCount:
+    """One hour, image digest ('' for none) and outcome of an environment's rollouts: the
+    counters the store adds each batch into, with the reward's."""
+
+    hour: datetime
+    image_digest: str
+    outcome: str
+    count: int
+    reward_n: int
+    reward_sum: float
+    reward_sq: float
+    reward_zero: int
+    reward_one: int
 
 
 class EnvironmentViews(PageViews):
@@ -156,6 +172,22 @@ class EnvironmentViews(PageViews):
                           s.durations.quantile(0.95), s.durations.max_s)
                for d, s in spans.items()]
         return sorted(out, key=lambda s: s.last_seen, reverse=True)
+
+    def rollout_counts(self, env_id: str, hours: int = 168) -> list[RolloutCount]:
+        """The environment's rollout counters of the ``hours`` hours up to its newest one with
+        any (not up to now: a run that stopped days ago still shows), oldest first: its hour
+        rows, which the store keeps for a week (older hours are folded into day rows)."""
+        columns = [ROLLOUTS.c[n] for n in RolloutCount.__dataclass_fields__]
+        hourly = (ROLLOUTS.c.env_id == env_id) & (ROLLOUTS.c.period == RollupPeriod.HOUR.value)
+        newest = select(func.max(ROLLOUTS.c.hour)).where(hourly)
+        with self.snapshot() as conn:
+            top = conn.execute(newest).scalar()
+            if top is None:
+                return []
+            query = (select(*columns)
+                     .where(hourly, ROLLOUTS.c.hour > top - timedelta(hours=max(1, hours)))
+                     .order_by(ROLLOUTS.c.hour, ROLLOUTS.c.image_digest, ROLLOUTS.c.outcome))
+            return [RolloutCount(*row) for row in conn.execute(query)]
 
 
 @dataclass(slots=True)

@@ -5,6 +5,10 @@ the environments those transitions name, and two cheap marks (a count, a newest 
 that say whether a full read is due: a catalogue sync, a state row added without a
 transition, a row deleted. The full reads (every state, every environment's suite, the
 newest result per environment and kind) run at start and on those marks only.
+
+Rollouts are counters per hour, updated in place, so they have no id to follow: a scrape
+reads the hours still open (by the hour index) grouped in the database, and the ids of the
+environments rollouts flag (a scan of the state rows that returns only those).
 """
 
 from __future__ import annotations
@@ -15,17 +19,20 @@ from datetime import datetime
 from sys import intern
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, case, func, or_, select
+from sqlalchemy import ColumnElement, case, func, or_, select, true
 
 from envcheck.store.core_tables import (
     ENVS,
     INCIDENTS,
     RESULTS,
+    ROLLOUTS,
     STATES,
     SUITES,
     TRANSITIONS,
+    UNKNOWN_ROLLOUTS,
     not_retired,
 )
+from envcheck.store.tables.rollups import RollupPeriod
 from envcheck.store.views.common import PageViews
 
 __all__ = ["MetricsViews", "NewestResult", "ResultTick", "StateMark", "Touched"]
@@ -217,3 +224,58 @@ class MetricsViews(PageViews):
         query = select(INCIDENTS.c.kind, func.count()).group_by(INCIDENTS.c.kind)
         with self._reading() as conn:
             return {str(kind): int(n) for kind, n in conn.execute(query)}
+
+    # --- rollouts ---------------------------------------------------------------------------
+
+    def rollout_hour_counts(self, hours: Sequence[datetime], per_environment: bool
+                            ) -> dict[datetime, dict[tuple[str, str], int]]:
+        """Rollouts by outcome of each of ``hours`` and of any hour after the last of them
+        (a trainer's clock ahead), summed over image digests: per (environment, outcome), or
+        per (suite, outcome) of the current environments' suites ('' for the others) through
+        the environments table, summed in the database. Hour rows only (a day row holds
+        hours long closed). One statement an hour: the key, which leads with the hour, finds
+        its rows, and no time is read back per row."""
+        if per_environment:
+            keys: list[Any] = [ROLLOUTS.c.env_id, ROLLOUTS.c.outcome, ROLLOUTS.c["count"]]
+            query = select(*keys)
+        else:
+            current = (ENVS.c.id == ROLLOUTS.c.env_id) & ENVS.c.retired_at.is_(None)
+            suite = func.coalesce(ENVS.c.suite, "")
+            query = (select(suite, ROLLOUTS.c.outcome, func.sum(ROLLOUTS.c["count"]))
+                     .select_from(ROLLOUTS.outerjoin(ENVS, current))
+                     .group_by(suite, ROLLOUTS.c.outcome))
+        out: dict[datetime, dict[tuple[str, str], int]] = {}
+
+        def add(hour: datetime, key: str, outcome: str, n: int) -> None:
+            counts = out.setdefault(hour, {})
+            key_outcome = (intern(key), intern(outcome))
+            counts[key_outcome] = counts.get(key_outcome, 0) + int(n)
+
+        query = query.where(ROLLOUTS.c.period == RollupPeriod.HOUR.value)  # not day rows
+        with self._reading() as conn:
+            for hour in hours:
+                for key, outcome, n in conn.execute(query.where(ROLLOUTS.c.hour == hour)):
+                    add(hour, key, outcome, n)
+            if hours:
+                later = query.add_columns(ROLLOUTS.c.hour).where(ROLLOUTS.c.hour > max(hours))
+                if not per_environment:
+                    later = later.group_by(ROLLOUTS.c.hour)
+                for key, outcome, n, hour in conn.execute(later):
+                    add(hour, key, outcome, n)
+        return out
+
+    def unknown_rollout_hours(self, since: datetime) -> list[tuple[datetime, int]]:
+        """Rollouts that named no environment of the catalogue, per hour from ``since`` on."""
+        query = (select(UNKNOWN_ROLLOUTS.c.hour, UNKNOWN_ROLLOUTS.c["count"])
+                 .where(UNKNOWN_ROLLOUTS.c.hour >= since))
+        with self._reading() as conn:
+            return [(hour, int(n)) for hour, n in conn.execute(query)]
+
+    def rollout_flagged(self) -> list[tuple[str, str]]:
+        """(environment, its state row's suite) of the current environments whose rollout
+        evidence flags them (``env_state.rollouts.flagged``)."""
+        flagged = STATES.c.rollouts["flagged"].as_boolean()
+        query = select(STATES.c.env_id, STATES.c.suite).where(
+            STATES.c.rollouts.is_not(None), flagged == true(), not_retired(STATES.c.env_id))
+        with self._reading() as conn:
+            return [(intern(env_id), intern(suite)) for env_id, suite in conn.execute(query)]

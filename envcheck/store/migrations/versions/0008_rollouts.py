@@ -1,7 +1,9 @@
-"""The training run's rollouts as evidence: counters per environment, hour, image digest and
-outcome (``rollout_rollup``), each producer's sequence numbers already counted
-(``rollout_producer``), rollouts of unknown environments per hour (``rollout_unknown``), and
-each environment's rollout evidence as last assessed (``env_state.rollouts``).
+"""The training run's rollouts as evidence: counters per environment, hour (or day, past the
+hour retention), image digest and outcome (``rollout_rollup``), each producer's sequence
+numbers already counted (``rollout_producer``), rollouts of unknown environments per hour
+(``rollout_unknown``), the hours an incident held back from the health model
+(``rollout_held``), and each environment's rollout evidence as last assessed
+(``env_state.rollouts``).
 
 Revision ID: 0008
 Revises: 0007
@@ -39,12 +41,14 @@ def upgrade() -> None:
         sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
         sa.Column("image_digest", sa.String(), nullable=False),
         sa.Column("outcome", sa.String(), nullable=False),
+        sa.Column("period", sa.String(), nullable=False),
         *counters,
         sa.Column("first_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("env_id", "hour", "image_digest", "outcome"),
+        sa.PrimaryKeyConstraint("hour", "env_id", "image_digest", "outcome", "period"),
+        sqlite_with_rowid=False,
     )
-    op.create_index("ix_rollout_rollup_hour", "rollout_rollup", ["hour"])
+    op.create_index("ix_rollout_rollup_env", "rollout_rollup", ["env_id", "hour"])
     op.create_table(
         "rollout_producer",
         sa.Column("producer", sa.String(), nullable=False),
@@ -60,6 +64,12 @@ def upgrade() -> None:
         sa.Column("ids", sa.JSON(), nullable=False),
         sa.PrimaryKeyConstraint("hour"),
     )
+    op.create_table(
+        "rollout_held",
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("incident_id", sa.Integer(), nullable=True),
+        sa.PrimaryKeyConstraint("hour"),
+    )
     with op.batch_alter_table("env_state") as batch:
         batch.add_column(sa.Column("rollouts", sa.JSON(), nullable=True))
 
@@ -67,8 +77,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("env_state") as batch:
         batch.drop_column("rollouts")
+    op.drop_table("rollout_held")
     op.drop_table("rollout_unknown")
     op.drop_index("ix_rollout_producer_updated_at", table_name="rollout_producer")
     op.drop_table("rollout_producer")
-    op.drop_index("ix_rollout_rollup_hour", table_name="rollout_rollup")
+    op.drop_index("ix_rollout_rollup_env", table_name="rollout_rollup")
     op.drop_table("rollout_rollup")
