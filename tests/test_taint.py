@@ -256,6 +256,52 @@ def test_a_prune_changes_no_interval(store_url: str) -> None:
         assert taint(store) == before
 
 
+def test_a_rollout_flag_through_the_daemons_look_taints_from_the_first_failing_rollout(
+        store_url: str) -> None:
+    """The real path: the trainer's batches counted, the daemon's look flags the one
+    environment failing beside a clean fleet, the full probe passes here; the interval starts
+    at its first failing rollout and stays open (a reason not to trust the cluster's
+    rewards)."""
+    from envcheck.feed.rollouts import RolloutLooks
+    from envcheck.health.rollouts import RolloutPolicy
+
+    fleet = {e.id: e for e in (env(f"r-{i}", "eval") for i in range(6))}
+    now = datetime.now(UTC).replace(microsecond=0)
+    first_failure = now - timedelta(minutes=100)
+    with open_store(store_url) as store:
+        store.sync_suites([Suite(id="eval", description="", allow_degraded=False, file="e",
+                                 environment_ids=tuple(fleet))])
+        store.sync_environments(list(fleet.values()))
+
+        def probed(at_: datetime) -> None:
+            run = store.start_run("test", [])
+            for e in fleet.values():
+                store.record(run, ProbeResult(e.id, T, P, Reason.OK, "ok", 0.5, A,
+                                              e.spec_hash(T), at_))
+            evaluate(store, list(fleet.values()), now=at_ + timedelta(minutes=1))
+
+        probed(now - timedelta(hours=3))
+        seq = iter(range(100_000))
+        batch = [Rollout(e, now - timedelta(minutes=150), "run-9", next(seq), Outcome.OK, A,
+                         1.0) for e in fleet for _ in range(200)]
+        batch += [Rollout(e, now - timedelta(minutes=95), "run-9", next(seq),
+                          Outcome.SANDBOX_LOST, A) for e in fleet if e != "r-0"]
+        batch += [Rollout("r-0", first_failure + timedelta(minutes=m), "run-9", next(seq),
+                          Outcome.SANDBOX_LOST, A) for m in range(30)]
+        store.record_rollouts(batch)
+        outcome = RolloutLooks(store, RolloutPolicy()).look(fleet)
+        assert outcome.flagged == ("r-0",)
+        [got] = taint(store)
+        assert (got.env_id, got.basis, got.kind, got.reason, got.image_digest, got.end) == \
+            ("r-0", Basis.FIRST_FAILING_ROLLOUTS, "rollouts", "rollout_failures", A, None)
+        assert got.start == first_failure
+        # the full probe passes here: fails on the cluster only, still not to be trusted
+        probed(now)
+        row = store.env_state("r-0")
+        assert row is not None and row.reason.endswith("(fails on the cluster, passes here)")
+        assert taint(store) == [got]
+
+
 # --- the exports ----------------------------------------------------------------------------------
 
 

@@ -276,5 +276,6 @@ class StoreAssessment:
         with self._lock:
             outcome = self._looks.look(envs)
             if outcome.transitions:
-                write_exports(self._store, self._export_dir or default_export_dir())
+                write_exports(self._store, self._export_dir or default_export_dir(),
+                              taint_of={t.env_id for t in outcome.transitions})
             return outcome

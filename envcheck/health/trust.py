@@ -12,7 +12,7 @@ __all__ = ["IMAGE_KINDS", "IMAGE_REASONS", "PROBE_KINDS", "ROLLOUTS_KIND", "ROLL
            "UNTRUSTED_REASONS", "UNTRUSTED_STATES", "degraded_untrusted", "kind_reason"]
 
 ROLLOUTS_KIND = "rollouts"  # what an interval found by the training run's rollouts names
-ROLLOUT_FAILURES = "rollout_failures"
+ROLLOUT_FAILURES = str(Reason.ROLLOUT_FAILURES)
 PROBE_KINDS: frozenset[str] = frozenset(str(k) for k in ProbeKind)
 
 IMAGE_REASONS: frozenset[str] = frozenset(str(r) for r in (
