@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     if binary is None:
         raise BenchError("the docker CLI is not on PATH")
     cli = DockerCli(binary)
+    tag = f"bench-cold-{os.getpid()}"  # envcheck's containers of this run, and no others'
+    os.environ["ENVCHECK_CONTAINER_TAG"] = tag
     runtime = DockerRuntime.from_env()
     timed = TimedRuntime(runtime)
     copies = Copies(runtime)
@@ -374,14 +377,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             floor_run = new_run_id()
             run_ids.add(floor_run)
             loads.append(os.getloadavg()[0])
-            a = side_round(first_ours, lambda: envcheck_td(ours_envs, timed),
-                           lambda: floor_td(cli, floor_envs, floor_run), cold)
-            b = side_round(not first_ours, lambda: envcheck_tests(ours_tests, runtime),
-                           lambda: bare_tests(floor_tests), cold)
+            a = side_round(first_ours, partial(envcheck_td, ours_envs, timed),
+                           partial(floor_td, cli, floor_envs, floor_run), cold)
+            b = side_round(not first_ours, partial(envcheck_tests, ours_tests, runtime),
+                           partial(bare_tests, floor_tests), cold)
             copies.remove()
-            leaked = check_leaks(cli, run_ids)
-            if runtime.containers():
-                leaked.extend(runtime.containers())
+            leaked = check_leaks(cli, run_ids) + runtime.containers(tag)
             if leaked:
                 raise BenchError(f"{label}: container(s) left behind: {leaked}")
             print(f"{label} (load {loads[-1]:.2f}): terminal+dependencies envcheck "

@@ -19,12 +19,17 @@ import pytest
 
 from envcheck.catalogue.models import Limits
 from envcheck.core.errors import EngineUnreachable, ImageMissing
-from envcheck.sandbox.base import ENGINE_DEFAULT_CAPABILITIES, CappedOutput, SandboxSpec
+from envcheck.sandbox.base import (
+    ENGINE_DEFAULT_CAPABILITIES,
+    CappedOutput,
+    SandboxSpec,
+    Section,
+)
 from envcheck.sandbox.container import DockerSandbox
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN
 from envcheck.sandbox.reaping import leftover
-from envcheck.sandbox.streams import hijacked_stream
+from envcheck.sandbox.streams import Sections, hijacked_stream
 
 pytestmark = pytest.mark.docker
 
@@ -317,3 +322,36 @@ def test_capped_output_keeps_head_and_tail() -> None:
     assert out.tail == b"vwxyz"
     assert out.truncated
     assert "[... 16 bytes dropped ...]" in out.text()
+
+
+def test_sections_split_an_exec_at_marker_lines_whatever_the_reads() -> None:
+    sections = [Section(b"\n@@m:1 ", 10.0, 6), Section(b"\n@@m:2 ", 10.0)]
+    stream = b"main out\n@@m:1 0\nfirst section, capped\n@@m:2 7\nlast"
+    for size in (1, 3, len(stream)):  # a marker or a header split across reads
+        main = CappedOutput(1024)
+        parts = Sections(main, sections)
+        for i in range(0, len(stream), size):
+            parts.feed(stream[i:i + size])
+        reached = parts.finish(0.0)
+        assert main.text() == "main out"
+        assert [s.header for s in reached] == ["0", "7"]
+        assert reached[0].output.total == len(b"first section, capped")
+        assert reached[0].output.head == b"fir" and reached[0].output.truncated
+        assert reached[1].output.text() == "last"
+        assert parts.total == len(stream)
+    early = Sections(CappedOutput(64), sections)
+    early.feed(b"only main\n@@m:")  # could begin a marker: held back, then given to main
+    assert early.opened == 0
+    assert early.finish(0.0) == ()
+
+
+def test_each_section_has_its_own_deadline(sandbox: DockerSandbox) -> None:
+    script = ("echo one; printf '\\n@@s:1 %s\\n' 0; sleep 4; echo two; "
+              "printf '\\n@@s:2 %s\\n' 3; echo three; sleep 1000")
+    # the first section outlives the main part's deadline, within its own; the second hangs
+    result = sandbox.exec(["sh", "-c", script], timeout_s=3.0,
+                          sections=[Section(b"\n@@s:1 ", 30.0), Section(b"\n@@s:2 ", 1.0)])
+    assert result.timed_out and result.exit_code is None
+    assert result.output.text() == "one\n"  # the marker line's own newline is not output
+    assert [(s.header, s.output.text()) for s in result.sections] == [("0", "two\n"),
+                                                                     ("3", "three\n")]

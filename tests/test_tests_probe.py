@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -22,8 +23,9 @@ from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.testvalidity.junit import Outcome, ReportError, match, parse_report, split_id
 from envcheck.kinds.testvalidity.probe import CONFIRM, TestsProbe
 from envcheck.kinds.testvalidity.runs import ORACLE_DIR, network_error, render
-from envcheck.sandbox.base import CappedOutput, ExecResult, SandboxSpec
+from envcheck.sandbox.base import CappedOutput, ExecResult, SandboxSpec, Section
 from envcheck.sandbox.docker import DockerRuntime
+from envcheck.sandbox.streams import Sections
 from tests.conftest import ROOT, probe_each
 
 DEMO_TESTS = ROOT / "probes" / "demo-tests.yaml"
@@ -262,27 +264,44 @@ class FakeSandbox:
         self.script, self.fixed, self.report = script, False, b""
 
     def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int = 0) -> ExecResult:
+             env: dict[str, str] | None = None, output_limit: int = 0,
+             sections: Sequence[Section] = ()) -> ExecResult:
         body = argv[2] if len(argv) > 2 else ""
         if argv[0] == "mkdir":
             return _result()
+        ready = ""
         if "envcheck:ready" in body:  # the preparation, alone or ahead of a command
             if self.script.stale_report:
                 return _result("envcheck:stale-report")
             body = body.split("echo envcheck:ready\n", 1)[1]
             if not body.strip():
                 return _result("envcheck:ready")
-            got = self.command(body, env)
-            text = (f"{got.text}\nenvcheck:ready" if self.script.marker_last
-                    else f"envcheck:ready\n{got.text}")
-            return _result(text, got.exit_code, got.timed_out)
-        return self.command(body, env)
+            ready = "envcheck:ready"
+        # The steps of a chained exec (kinds.testvalidity.chain), one after the other: each
+        # after the marker line that carries the exit code of the one before.
+        parts = re.split(r"printf '\\n%s %s\\n' (\S+) \"\$rc\"\n", body)
+        text, got = "", _result()
+        for i in range(0, len(parts), 2):
+            got = self.command(parts[i], env)
+            text += got.text
+            if i == 0 and ready:
+                text = f"{text}\n{ready}" if self.script.marker_last else f"{ready}\n{text}"
+            if got.timed_out or i + 1 == len(parts):
+                break
+            if '|| exit "$rc"' in parts[i] and got.exit_code != 0:
+                break
+            text += f"\n{parts[i + 1]} {got.exit_code}\n"
+        main = CappedOutput(1 << 20)
+        split = Sections(main, sections)
+        split.feed(text.encode())
+        return ExecResult("x", None if got.timed_out else got.exit_code, main, 0.01,
+                          timed_out=got.timed_out, sections=split.finish(0.0))
 
     def command(self, body: str, env: dict[str, str] | None) -> ExecResult:
         if "oracle" in body:
             self.fixed = self.script.oracle_exit == 0
             return _result("oracle ran", self.script.oracle_exit)
-        if body.startswith('test -f "$1"'):
+        if body.startswith("test -f "):
             return _result(self.report.decode(), 0) if self.report else _result("", 3)
         assert env is not None
         order = tuple(env["ENVCHECK_TEST_IDS"].split("\n"))

@@ -24,6 +24,8 @@ __all__ = [
     "Sandbox",
     "SandboxRuntime",
     "SandboxSpec",
+    "Section",
+    "SectionOutput",
     "TtySession",
 ]
 
@@ -76,14 +78,37 @@ class CappedOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class Section:
+    """A later part of one exec's output: from a line the command prints, starting with
+    ``marker``, on. The rest of that line is the section's ``header`` (e.g. the exit code of
+    the step before); the section has an output cap of its own and a deadline that starts when
+    the marker arrives. An exec costs a process start in the container and engine round
+    trips, often more than a step takes: one exec with sections does what several would, each
+    step still bounded as if it ran alone."""
+
+    marker: bytes
+    timeout_s: float
+    output_limit: int = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SectionOutput:
+    header: str
+    output: CappedOutput
+    started_s: float  # since the exec began
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class ExecResult:
     command: str
     exit_code: int | None
-    output: CappedOutput
+    output: CappedOutput  # with sections: the output before the first
     duration_s: float
     first_output_s: float | None = None
-    timed_out: bool = False
+    timed_out: bool = False  # with sections: the last one reached ran out of time
     flooded: bool = False
+    sections: tuple[SectionOutput, ...] = ()  # those the output reached, in order
 
     @property
     def text(self) -> str:
@@ -168,6 +193,7 @@ class Sandbox(Protocol):
         user: str | None = None,
         env: dict[str, str] | None = None,
         output_limit: int = 64 * 1024,
+        sections: Sequence[Section] = (),
     ) -> ExecResult: ...
 
     def tty(self, argv: Sequence[str], *, user: str | None = None,

@@ -22,9 +22,16 @@ import requests
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
 from envcheck.core.errors import EngineUnreachable, SandboxFailed
-from envcheck.sandbox.base import CappedOutput, Change, Deadline, ExecResult
+from envcheck.sandbox.base import CappedOutput, Change, Deadline, ExecResult, Section
 from envcheck.sandbox.engine import engine_call
-from envcheck.sandbox.streams import RECV, DockerTty, close_stream, drain_frames, hijacked_stream
+from envcheck.sandbox.streams import (
+    RECV,
+    DockerTty,
+    Sections,
+    close_stream,
+    drain_frames,
+    hijacked_stream,
+)
 
 __all__ = ["DockerSandbox"]
 
@@ -93,18 +100,25 @@ class DockerSandbox:
         return exec_id, sock
 
     def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int = 64 * 1024) -> ExecResult:
-        deadline = Deadline(timeout_s)
+             env: dict[str, str] | None = None, output_limit: int = 64 * 1024,
+             sections: Sequence[Section] = ()) -> ExecResult:
+        began = time.monotonic()
+        deadline = Deadline(timeout_s)  # restarted as each section begins
         exec_id, sock = self._open(argv, user, env, tty=False)
         raw, buffered = hijacked_stream(sock)
         output = CappedOutput(output_limit)
+        parts = Sections(output, sections)
         frames = bytearray(buffered)
-        first: float | None = deadline.elapsed() if frames else None
-        drain_frames(frames, output)
+        first: float | None = time.monotonic() - began if frames else None
+        drain_frames(frames, parts)
+        opened = 0
         timed_out = flooded = False
         try:
             # a read loop to the command's deadline, not a retry: each recv takes new output
             while True:
+                if parts.opened > opened:
+                    opened = parts.opened
+                    deadline = Deadline(sections[opened - 1].timeout_s)
                 remaining = deadline.remaining()
                 if remaining <= 0:
                     timed_out = True
@@ -117,10 +131,10 @@ class DockerSandbox:
                 if not chunk:
                     break
                 if first is None:
-                    first = deadline.elapsed()
+                    first = time.monotonic() - began
                 frames += chunk
-                drain_frames(frames, output)
-                if output.total > self._flood_limit:
+                drain_frames(frames, parts)
+                if parts.total > self._flood_limit:
                     flooded = True
                     break
             if timed_out or flooded:
@@ -129,14 +143,16 @@ class DockerSandbox:
             raise EngineUnreachable(f"lost the exec stream: {exc}") from exc
         finally:
             close_stream(sock, raw)
+        reached = parts.finish(began)
         return ExecResult(
             command=" ".join(argv),
             exit_code=None if timed_out else self._exit_code(exec_id),
             output=output,
-            duration_s=deadline.elapsed(),
+            duration_s=time.monotonic() - began,
             first_output_s=first,
             timed_out=timed_out,
             flooded=flooded,
+            sections=reached,
         )
 
     def _exit_code(self, exec_id: str) -> int | None:
@@ -148,7 +164,7 @@ class DockerSandbox:
                 return dict(self._api.exec_inspect(exec_id))
 
         polling = Retrying(retry=retry_if_result(lambda info: bool(info.get("Running"))),
-                           stop=stop_after_attempt(50), wait=wait_fixed(0.02),
+                           stop=stop_after_attempt(100), wait=wait_fixed(0.01),
                            retry_error_callback=lambda state: None)
         info = polling(inspect)
         code = info.get("ExitCode") if info is not None else None

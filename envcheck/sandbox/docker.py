@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import docker
+from docker.models.containers import Container, _create_container_args
 
 from envcheck.core.errors import EngineUnreachable, EnvcheckError, SandboxStartFailed
 from envcheck.sandbox.base import SandboxSpec
@@ -125,7 +126,7 @@ class DockerRuntime:
         container = None
         try:
             with engine_call(self._preflight, spec.image):
-                container = self._client.containers.create(**self._create_args(spec, key))
+                container = self._create(spec, key)
             self.tidy()  # the engine answers: the leftovers of an outage can go now
             started = time.monotonic()
             with engine_call(self._preflight, spec.image):
@@ -144,6 +145,14 @@ class DockerRuntime:
         finally:
             removed = container is not None and self._reaper.remove(container.id)
             self._reaper.release(key, removed)
+
+    def _create(self, spec: SandboxSpec, key: str) -> Container:
+        """Create the container: the SDK's ``containers.create`` less its inspect of the new
+        container (one engine round trip per sandbox; the inspect after the start fills in
+        what that one would have)."""
+        kwargs = {**self._create_args(spec, key), "version": self._client.api._version}
+        created = self._client.api.create_container(**_create_container_args(kwargs))
+        return self._client.containers.prepare_model({"Id": created["Id"]})
 
     def _create_args(self, spec: SandboxSpec, key: str = "") -> dict[str, Any]:
         return create_args(spec, key, owner=self._owner, runtime=self._id, tag=self._tag)

@@ -4,12 +4,16 @@ multiplexed frames, and a terminal session read to a marker."""
 from __future__ import annotations
 
 import socket
+import time
+from collections.abc import Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, Protocol
 
-from envcheck.sandbox.base import CappedOutput, Deadline
+from envcheck.sandbox.base import CappedOutput, Deadline, Section, SectionOutput
 
-__all__ = ["DockerTty", "close_stream", "drain_frames", "hijacked_stream"]
+__all__ = ["DockerTty", "Sections", "close_stream", "drain_frames", "hijacked_stream"]
+
+HEADER_MAX = 256  # a marker line's rest, kept as its section's header
 
 RECV = 64 * 1024
 
@@ -49,7 +53,11 @@ def close_stream(sock: Any, raw: socket.socket) -> None:
         sock.close()
 
 
-def drain_frames(frames: bytearray, output: CappedOutput) -> None:
+class _Sink(Protocol):
+    def feed(self, data: bytes) -> None: ...
+
+
+def drain_frames(frames: bytearray, output: _Sink) -> None:
     """Docker multiplexes stdout/stderr as frames: 1 byte stream, 3 pad, 4 size, payload."""
     while len(frames) >= 8:
         size = int.from_bytes(frames[4:8], "big")
@@ -57,6 +65,69 @@ def drain_frames(frames: bytearray, output: CappedOutput) -> None:
             return
         output.feed(bytes(frames[8 : 8 + size]))
         del frames[: 8 + size]
+
+
+class Sections:
+    """An exec's output handed to the part it belongs to: the main output, then each section
+    from its marker line on. A marker split across reads is found all the same (the bytes
+    that could begin one are held back until the next read or :meth:`finish`)."""
+
+    def __init__(self, main: CappedOutput, sections: Sequence[Section]) -> None:
+        self._sections = list(sections)
+        self._parts = [main]
+        self._starts: list[float] = []
+        self._headers: list[str] = []
+        self._pending = bytearray()
+        self._in_header = False
+        self.total = 0
+
+    @property
+    def opened(self) -> int:
+        """How many sections the output has reached."""
+        return len(self._starts)
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self._pending += data
+        while self._pending:
+            if self._in_header:
+                end = self._pending.find(b"\n")
+                if end < 0 and len(self._pending) < HEADER_MAX:
+                    return
+                cut = end if end >= 0 else HEADER_MAX
+                self._headers.append(self._pending[:cut].decode("utf-8", "replace").strip())
+                del self._pending[:cut + (end >= 0)]
+                self._in_header = False
+                continue
+            if self.opened == len(self._sections):
+                self._parts[-1].feed(bytes(self._pending))
+                self._pending.clear()
+                return
+            section = self._sections[self.opened]
+            at = self._pending.find(section.marker)
+            if at < 0:
+                ready = len(self._pending) - (len(section.marker) - 1)
+                if ready > 0:
+                    self._parts[-1].feed(bytes(self._pending[:ready]))
+                    del self._pending[:ready]
+                return
+            self._parts[-1].feed(bytes(self._pending[:at]))
+            del self._pending[:at + len(section.marker)]
+            self._starts.append(time.monotonic())
+            self._parts.append(CappedOutput(section.output_limit))
+            self._in_header = True
+
+    def finish(self, began: float) -> tuple[SectionOutput, ...]:
+        """The sections reached, once the output has ended (``began``: the exec's start)."""
+        if self._in_header:
+            self._headers.append(self._pending.decode("utf-8", "replace").strip())
+        else:
+            self._parts[-1].feed(bytes(self._pending))
+        self._pending.clear()
+        ends = [*self._starts[1:], time.monotonic()][:self.opened]
+        return tuple(SectionOutput(header, part, start - began, end - start)
+                     for header, part, start, end in zip(self._headers, self._parts[1:],
+                                                         self._starts, ends, strict=True))
 
 
 class DockerTty:

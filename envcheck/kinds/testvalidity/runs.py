@@ -10,7 +10,6 @@ no failed test explains (``no_tests_collected``).
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -22,8 +21,10 @@ from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.core.results import CommandEvidence, Reason
 from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.startup import READY, command_start_failure
+from envcheck.kinds.testvalidity.chain import Step, chain_script, split
 from envcheck.kinds.testvalidity.junit import Case, ReportError, match, parse_report
 from envcheck.kinds.testvalidity.logs import read_log
+from envcheck.kinds.testvalidity.offline import network_error
 from envcheck.kinds.testvalidity.patches import (
     directive_files,
     directive_modules,
@@ -43,34 +44,6 @@ MAX_REPORT_BYTES = 8 * 1024 * 1024  # a JUnit report, or a log a parser reads
 # $ENVCHECK_TEST_IDS_FILE instead of $ENVCHECK_TEST_IDS.
 INLINE_IDS_MAX = 32 * 1024
 IDS_FILE = "/var/tmp/envcheck-test-ids"
-
-# What resolvers, sockets and HTTP clients (Python, curl, Node, Go, Java) say offline.
-_NETWORK = re.compile(
-    r"temporary failure in name resolution|name or service not known|nodename nor servname|"
-    r"could not resolve (?:host|proxy)|failed to resolve|gaierror|getaddrinfo \w+|eai_again|"
-    r"enotfound|unknownhostexception|no such host|network is unreachable|enetunreach|"
-    r"no route to host|ehostunreach|errno 101\b", re.IGNORECASE)
-_REFUSED = re.compile(r"connection refused|econnrefused|errno 111\b", re.IGNORECASE)
-_HOST = re.compile(r"host=['\"]([^'\"]+)['\"]|://([\w.-]+)|connect to ([\w.-]+) port",
-                   re.IGNORECASE)
-_LOCAL = re.compile(r"^(localhost|127\.[\d.]+|::1|0\.0\.0\.0|sandbox)$", re.IGNORECASE)
-
-
-def network_error(text: str) -> str | None:
-    """The line of ``text`` showing that a test reached for the network, if one does.
-
-    Refused connections count only towards a named non-local host: a refused localhost
-    port is a local service that did not start, not a need for the network.
-    """
-    for line in text.splitlines():
-        if _NETWORK.search(line):
-            return line.strip()[:300]
-        if _REFUSED.search(line):
-            hosts = [h for m in _HOST.finditer(text) for h in m.groups() if h]
-            if any(not _LOCAL.match(h) for h in hosts):
-                return line.strip()[:300]
-    return None
-
 
 class Phase(StrEnum):
     NEGATIVE = "negative"  # no oracle: f2p must fail, p2p must pass
@@ -177,21 +150,25 @@ class _Runner:
 
     def defer_preparation(self) -> None:
         """With nothing to apply, the preparation runs at the head of the run's first command
-        (:meth:`command`): one exec less per run."""
+        (:meth:`chain`): one exec less per run."""
         self._deferred = True
 
-    def command(self, script: str, label: str, *, timeout_s: float,
-                extra: dict[str, str] | None = None, limit: int | None = None,
-                args: Sequence[str] = ()) -> tuple[ExecResult, Problem | None]:
-        """Run ``script`` (its evidence kept); a deferred preparation first, in the same exec,
-        and its failure, if any, as the second item."""
+    def chain(self, steps: list[Step], *, extra: dict[str, str] | None = None,
+              args: Sequence[str] = ()) -> tuple[list[ExecResult], Problem | None]:
+        """Run ``steps`` in one exec (:mod:`.chain`), a deferred preparation first: the result
+        of each step reached (their evidence kept but a report read's), and the
+        preparation's failure, if any."""
         deferred, self._deferred = self._deferred, False
-        if not deferred:
-            return self.exec(script, label, timeout_s=timeout_s, extra=extra, limit=limit,
-                             args=args), None
-        result = self.exec(self._preparation() + script, label, timeout_s=timeout_s,
-                           extra=extra, limit=limit, args=args)
-        return result, self._prepared(result, combined=True)
+        script, sections = chain_script(steps)
+        env, first = self.env, steps[0]
+        result = self.sandbox.exec(
+            [env.shell, "-c", (self._preparation() if deferred else "") + script, "envcheck",
+             *args], user=env.user, env=extra, timeout_s=first.timeout_s,
+            output_limit=first.output_limit, sections=sections)
+        results = split(result, steps)
+        self.run.evidence.extend(r.evidence() for r, step in zip(results, steps, strict=False)
+                                 if step.evidence)
+        return results, self._prepared(results[0], combined=True) if deferred else None
 
     def _preparation(self) -> str:
         workdir, report = shlex.quote(self.env.workdir), shlex.quote(self.spec.junit_path)
@@ -221,7 +198,8 @@ class _Runner:
                                                       "envcheck's preparation")
         return None
 
-    def oracle(self) -> Problem | None:
+    def oracle_step(self) -> Step:
+        """The oracle as a step (a script oracle copied in first)."""
         oracle = self.spec.oracle
         assert oracle is not None
         target = oracle.path or ""
@@ -233,10 +211,16 @@ class _Runner:
         runner = "exec" if oracle.script is None or oracle.script.startswith("#!") else (
             f"exec {shlex.quote(self.env.shell)}")
         script = f"cd -- {shlex.quote(self.env.workdir)} || exit 1\n{runner} {shlex.quote(target)}"
-        result, unprepared = self.command(script, f"oracle: {target}",
-                                          timeout_s=self.spec.timeout_s)
-        if unprepared is not None:
-            return unprepared
+        return Step(script, f"oracle: {target}", self.spec.timeout_s,
+                    self.env.limits.output_kb * 1024, stop_unless_ok=True)
+
+    def oracle(self) -> Problem | None:
+        """The oracle in an exec of its own (something runs between it and the tests)."""
+        [result], unprepared = self.chain([self.oracle_step()])
+        return unprepared or self.oracle_outcome(result)
+
+    def oracle_outcome(self, result: ExecResult) -> Problem | None:
+        target = result.command.removeprefix("oracle: ")
         if result.timed_out:
             return Problem(Reason.TIMEOUT, f"the oracle ran past {self.spec.timeout_s:g}s and "
                                            "was killed")
@@ -261,12 +245,12 @@ class _Runner:
                                            f"{self.env.timeouts.exec_s:g}s")
         return _patch_failure(result.text, [patch])
 
-    def tests(self) -> Problem | None:
+    def tests(self, oracle: bool = False) -> Problem | None:
+        """The tests (after the oracle, with ``oracle``) and the read of their JUnit report,
+        in one exec."""
         spec, run = self.spec, self.run
         ids = "\n".join(run.order)
         inline = len(ids.encode()) <= INLINE_IDS_MAX
-        script = (f"cd -- {shlex.quote(self.env.workdir)} || exit 1\n"
-                  f"{render(spec, run.order, inline)}")
         variables = {"ENVCHECK_JUNIT": spec.junit_path}
         if inline:
             variables["ENVCHECK_TEST_IDS"] = ids
@@ -274,12 +258,25 @@ class _Runner:
             self.sandbox.put_file(IDS_FILE, (ids + "\n").encode(), 0o644)
             variables["ENVCHECK_TEST_IDS_FILE"] = IDS_FILE
         log = spec.report != "junit"  # the output is the report: keep it up to the report cap
-        result, unprepared = self.command(script, f"{run.label}: {spec.command}",
-                                          timeout_s=spec.timeout_s, extra=variables,
-                                          args=() if inline else run.order,
-                                          limit=MAX_REPORT_BYTES if log else None)
+        steps = [self.oracle_step()] if oracle else []
+        steps.append(Step(f"cd -- {shlex.quote(self.env.workdir)} || exit 1\n"
+                          f"{render(spec, run.order, inline)}", f"{run.label}: {spec.command}",
+                          spec.timeout_s, MAX_REPORT_BYTES if log else
+                          self.env.limits.output_kb * 1024))
+        if not log:
+            path = shlex.quote(spec.junit_path)
+            steps.append(Step(f"test -f {path} || exit 3\nexec head -c {MAX_REPORT_BYTES + 1} "
+                              f"-- {path}", "read report", self.env.timeouts.exec_s,
+                              2 * (MAX_REPORT_BYTES + 1), bare=True, evidence=False))
+        results, unprepared = self.chain(steps, extra=variables,
+                                         args=() if inline else run.order)
         if unprepared is not None:
             return unprepared
+        if oracle:
+            problem = self.oracle_outcome(results.pop(0))
+            if problem is not None:
+                return problem
+        result = results[0]
         run.exit_code, run.output = result.exit_code, result.text
         if result.timed_out:
             return Problem(Reason.TIMEOUT, f"the tests ran past {spec.timeout_s:g}s and were "
@@ -290,19 +287,16 @@ class _Runner:
                 if log else ""))
         if log:
             return self.log_report(result)
-        return self.report(result.exit_code)
+        return self.report(result.exit_code, results[1] if len(results) > 1 else None)
 
     def log_report(self, result: ExecResult) -> Problem | None:
         read = read_log(result.output.head, self.spec.report, self.run.order)
         return self.judge(result.exit_code, read.outcomes, read.reported, read.failed,
                           f"the {self.spec.report} log")
 
-    def report(self, exit_code: int | None) -> Problem | None:
+    def report(self, exit_code: int | None, read: ExecResult | None) -> Problem | None:
         path = self.spec.junit_path
-        read = self.exec(f'test -f "$1" || exit 3\nexec head -c {MAX_REPORT_BYTES + 1} -- "$1"',
-                         "read report", timeout_s=self.env.timeouts.exec_s, keep=False,
-                         limit=2 * (MAX_REPORT_BYTES + 1), args=[path])
-        if read.timed_out or read.exit_code != 0:
+        if read is None or read.timed_out or read.exit_code != 0:
             return Problem(Reason.PARSE_ERROR, f"no JUnit report at {path} (the test command "
                                                f"exited {exit_code})")
         data = read.output.head
@@ -383,16 +377,19 @@ def execute(ctx: ProbeContext, spec: TestSpec, run: Run,
         else:
             runner.defer_preparation()
         oracle = spec.oracle
+        script_oracle = (action is None and run.phase is Phase.POSITIVE and oracle is not None
+                         and oracle.patch is None)
+        # nothing between the oracle and the tests: both in the tests' exec
+        chained = script_oracle and after_oracle is None and not late
         if run.problem is None and action is not None:
             run.evidence.append(action(sandbox))
-        elif (run.problem is None and run.phase is Phase.POSITIVE and oracle is not None
-                and oracle.patch is None):
+        elif run.problem is None and script_oracle and not chained:
             run.problem = runner.oracle()
         if run.problem is None and after_oracle is not None:
             run.problem = after_oracle(sandbox)
         for patch in late:
             run.problem = run.problem or runner.apply(patch)
         if run.problem is None:
-            run.problem = runner.tests()
+            run.problem = runner.tests(oracle=chained)
     run.duration_s = time.monotonic() - started
     return run
