@@ -68,6 +68,14 @@ def with_reruns(env: Environment, reruns: int | None) -> Environment:
     return env.model_copy(update={"tests": env.tests.model_copy(update={"reruns": reruns})})
 
 
+def own_runs(env: Environment) -> Environment:
+    """``env`` without adversarial controls: the probe's own runs, which a bare run can match
+    (the controls play tricks no bare run plays)."""
+    if env.tests is None:
+        return env
+    return env.model_copy(update={"tests": env.tests.model_copy(update={"adversarial": None})})
+
+
 def probe_many(runtime: DockerRuntime, env: Environment, n: int, concurrency: int,
                label: str) -> list[ProbeResult]:
     results: list[ProbeResult] = []
@@ -156,7 +164,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     runtime = DockerRuntime.from_env()
     try:
         runtime.image_digest(flaky_env.image)  # fail early if the demo images are missing
-        side = side_by_side(runtime, healthy_env, args.rounds)
+        side = side_by_side(runtime, own_runs(healthy_env), args.rounds)
         if args.side_only:
             return {"side_by_side": side}
         flaky = probe_many(runtime, flaky_env, args.probes, args.concurrency, FLAKY_ENV)

@@ -1,6 +1,6 @@
 """Terminal availability: can an agent get a working shell in this sandbox, fast?
 
-Two commands cover every check (batched, as one exec costs ~50 ms):
+Two commands cover every check (batched, as one exec costs ~50-100 ms), side by side:
 1. a login shell runs one script that reports the user, each required tool and the workdir;
    the time to its first byte is the login shell's ready latency;
 2. an interactive shell on a TTY gets a command typed into it, as tmux-driven agents do; its
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,8 +100,15 @@ class TerminalProbe(Probe):
             found.add(Reason.CONTAINER_START_SLOW,
                       f"container took {sandbox.start_duration_s:.2f}s to start "
                       f"(limit {env.timeouts.start_s}s)")
-        if self._login(sandbox, env, found):
-            self._pty(sandbox, env, found)
+        # The interactive shell runs beside the login shell, not after it: each exec costs a
+        # process start in the container, and neither shell waits for the other. Its findings
+        # count only if a shell could run at all.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="envcheck-tty") as pool:
+            typed = pool.submit(self._pty, sandbox, env)
+            shell_ran = self._login(sandbox, env, found)
+            session = typed.result()
+        if shell_ran:
+            session.judge(env, found)
         return found.verdict()
 
     def _login(self, sandbox: Sandbox, env: Environment, found: Findings) -> bool:
@@ -153,7 +161,8 @@ class TerminalProbe(Probe):
         if missing:
             found.add(Reason.TOOL_MISSING, f"not on PATH: {', '.join(missing)}")
 
-    def _pty(self, sandbox: Sandbox, env: Environment, found: Findings) -> None:
+    @staticmethod
+    def _pty(sandbox: Sandbox, env: Environment) -> _Session:
         """Wait for the shell to answer a first command (its ready latency), then type the
         probe command as an agent would once the prompt is up, and look for its echo."""
         limit = env.timeouts.shell_s
@@ -172,20 +181,36 @@ class TerminalProbe(Probe):
             after = tty.seen()
             typed = after[max(len(after) - (tty.transcript.total - mark), 0):] if ready else b""
             seen = tty.transcript.text()
-        found.evidence.append(CommandEvidence(
+        evidence = CommandEvidence(
             command=f"{env.shell} -i  (tty: {PTY_COMMAND.decode().strip()})",
             exit_code=None, duration_s=latency, output_head=seen[-2000:],
             output_bytes=tty.transcript.total, truncated=tty.transcript.truncated,
-            timed_out=not ready))
-        if not ready:
+            timed_out=not ready)
+        return _Session(ready, answered, latency, PTY_ECHO in typed, evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    """What the interactive shell on a TTY showed."""
+
+    ready: bool  # answered the first command
+    answered: bool  # printed the probe command's output
+    latency: float
+    echoed: bool  # echoed the typed probe command
+    evidence: CommandEvidence
+
+    def judge(self, env: Environment, found: Findings) -> None:
+        found.evidence.append(self.evidence)
+        if not self.ready:
             found.add(Reason.INTERACTIVE_SHELL_BROKEN,
                       f"interactive shell gave no answer on a TTY in {env.timeouts.exec_s}s")
             return
-        found.details["interactive_ready_s"] = latency
-        if latency > limit:
-            found.add(Reason.SHELL_SLOW, f"interactive shell took {latency:.2f}s to answer "
-                                         f"(limit {limit}s)")
-        if not answered:
+        limit = env.timeouts.shell_s
+        found.details["interactive_ready_s"] = self.latency
+        if self.latency > limit:
+            found.add(Reason.SHELL_SLOW, f"interactive shell took {self.latency:.2f}s to "
+                                         f"answer (limit {limit}s)")
+        if not self.answered:
             found.add(Reason.PTY_BROKEN, "a command typed into the TTY gave no output")
-        elif PTY_ECHO not in typed:
+        elif not self.echoed:
             found.add(Reason.PTY_BROKEN, "the TTY did not echo the typed command")
