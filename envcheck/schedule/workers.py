@@ -23,7 +23,7 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
-from envcheck.schedule.budget import URGENT, Budget, BudgetLimits, BudgetLine
+from envcheck.schedule.budget import NEW, URGENT, Budget, BudgetLimits, BudgetLine
 from envcheck.schedule.ledger import Ledger
 from envcheck.schedule.windows import Windows
 from envcheck.schedule.workqueue import Key, Work, WorkQueue
@@ -77,7 +77,9 @@ class Workers:
         self._budget = Budget(budget)
         self._budget_freed = False  # a probe ended since deferred work last looked
         self._released_at = float("-inf")  # monotonic
-        self._again: set[Key] = set()  # urgent while running: queued again when it ends
+        # asked for while running (urgent, or a new digest): queued again, at this priority,
+        # when it ends
+        self._again: dict[Key, int] = {}
         self.stats = SchedulerStats()
         self._note_budget(time.time())
 
@@ -126,10 +128,23 @@ class Workers:
             if key not in self._queue:
                 self._queue.put(URGENT, time.time(), env_id, kind)
             elif not self._queue.promote(key, URGENT):
-                self._again.add(key)  # running: its result began before the question
+                self._again[key] = URGENT  # running: its result began before the question
             self.stats.queued = self._queue.queued
             self._work_ready.notify()
         return True
+
+    def _new_digest(self, key: Key) -> None:
+        """(holding the lock) A kind of an environment whose image digest just changed:
+        validated at once, as new work, ahead of routine work and within the budget; if it
+        runs now, once more when it ends (its result is of the image before)."""
+        if self._stopping.is_set():
+            return
+        if key not in self._queue:
+            self._queue.put(NEW, time.time(), *key)
+        elif not self._queue.promote(key, NEW):
+            self._again.setdefault(key, NEW)
+        self.stats.queued = self._queue.queued
+        self._work_ready.notify()
 
     # --- the budget (call holding the lock) -----------------------------------------------
 
@@ -208,10 +223,9 @@ class Workers:
                     self._budget.end(env.suite, estimate)
                     self._budget_freed = True  # deferred work may fit now
                     self._queue.done(work, env)
-                    if work.key in self._again:
-                        self._again.discard(work.key)
-                        if not self._stopping.is_set():
-                            self._queue.put(URGENT, time.time(), *work.key)
+                    again = self._again.pop(work.key, None)
+                    if again is not None and not self._stopping.is_set():
+                        self._queue.put(again, time.time(), *work.key)
                     self.stats.completed += 1
                     self.stats.queued, self.stats.running = (self._queue.queued,
                                                              self._queue.running)
@@ -233,7 +247,8 @@ class Workers:
             run_id = self._windows.run_of(window)
             result_id = self._writes.record(run_id, result)  # None: held
             with self._lock:
-                self._ledger.note(result, window.before)
+                for key in self._ledger.note(result, window.before):
+                    self._new_digest(key)
                 now = time.time()
                 self._budget.charge(self._ledger.suite(result.env_id), result.duration_s, now)
                 self._note_budget(now)
