@@ -164,7 +164,7 @@ def test_reprove_every_defaults_to_a_day_merges_per_key_and_null_pins(tmp_path: 
     assert pinned.reprove_every.every(ProbeKind.DEPENDENCIES) == 7200.0
     # how often evidence is re-proved is not what is checked: the spec keeps its hash
     assert pinned.spec_hash(T) == env.spec_hash(T)
-    with pytest.raises(CatalogueError, match="reprove_every.tests"):
+    with pytest.raises(CatalogueError, match=r"reprove_every\.tests"):
         catalogue_env(tmp_path, "reprove_every: { tests: 1h }")
 
 
