@@ -16,7 +16,12 @@ from typing import Any
 import docker
 import pytest
 
-from envcheck.core.results import ProbeKind
+from envcheck.catalogue.models import Catalogue
+from envcheck.core.depth import Depth, DepthAdvice
+from envcheck.core.results import ProbeKind, ProbeResult
+from envcheck.executors.cycle import check_environment, new_run_id
+from envcheck.kinds.reuse import ReuseAdvisor
+from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_TAG
 from tests.test_daemon import Daemon, Daemons
 
@@ -160,3 +165,29 @@ def test_a_suite_that_pins_full_probes_starts_a_container_every_time(
     assert terminal[-1].details["depth"]["why"] == "full every time (reprove_every: null)"
     assert d.stop() == 0
     assert daemons.containers(d.tag) == []
+
+
+def test_a_slow_start_of_a_proven_image_is_the_hosts_not_the_environments(
+        demo_catalogue: Catalogue, runtime: DockerRuntime) -> None:
+    """No container starts within 1 ms: on an image and spec a full probe proved fast the
+    slowness is the host's (envcheck's error, never counted); on one never proven it is the
+    environment's failure, as before."""
+    [healthy] = [e for e in demo_catalogue.environments if e.id == "demo-healthy"]
+    env = healthy.model_copy(update={"timeouts": healthy.timeouts.model_copy(
+        update={"start_s": 0.001})})
+    digest, spec = runtime.image_digest(env.image), env.spec_hash(ProbeKind.TERMINAL)
+
+    def probe(proven: bool) -> ProbeResult:
+        advice = DepthAdvice(Depth.FULL, "host sample", digest, spec, datetime.now(UTC),
+                             proven)
+        services = {ReuseAdvisor: ReuseAdvisor(lambda env, kind: advice)}
+        [result] = check_environment(env, [ProbeKind.TERMINAL], runtime, new_run_id(),
+                                     services=services)
+        return result
+
+    slow_host = probe(proven=True)
+    assert (str(slow_host.status), str(slow_host.reason)) == ("error", "host_slow")
+    assert "the host is slow" in slow_host.summary
+    assert slow_host.details["depth"]["why"] == "host sample"
+    slow_image = probe(proven=False)
+    assert (str(slow_image.status), str(slow_image.reason)) == ("fail", "container_start_slow")
