@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from envcheck.catalogue.models import Environment
+from envcheck.core.depth import Depth, RunCount
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.schedule.budget import worth
 from envcheck.schedule.workqueue import Key
@@ -70,7 +71,9 @@ class Ledger:
             before[key] = self.last[key]
         self.last[key] = result.status
         at = self.last_at[key] = _epoch(result.started_at)
-        self.cost[key] = result.duration_s
+        if RunCount.of(result.status, result.details).depth is not Depth.REUSED:
+            # an identity check costs nothing: the estimate stays what a full probe took
+            self.cost[key] = result.duration_s
         self.new.discard(key)
         return self._digest(result, at)
 
