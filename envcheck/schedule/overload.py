@@ -4,17 +4,20 @@ stretches evenly, the oldest evidence goes first, and nothing waits forever.
 Bookkeeping only, no threads and no lock of its own: the workers call it holding the
 scheduler's lock, with the time; ``bench/overload.py`` drives the same code in virtual time.
 
-- **Rank** (within a priority, lower first): when the work's evidence runs out at the
-  stretch in force, ``last result + stretch x interval``; never probed: first. With equal
-  intervals that is simply the oldest result first. With unequal ones (terminal every 5
-  minutes, tests every 6 hours) work is taken when its evidence is the same number of *its
-  own* intervals old, so every (environment, kind) is probed ``stretch`` times less often,
-  not the short intervals alone (ranking by the last result alone would give every kind the
-  same absolute gap; by the time due, the same lateness: both stretch the short intervals
-  most). Work falls due one interval after its result, so without overload the rank is the
-  time due and nothing changes.
+- **Rank** (within a priority, lower first): the age of the work's evidence in *its own*
+  intervals, oldest first: ``-(now - last result) / interval``; never probed: first. With
+  equal intervals that is simply the oldest result first. With unequal ones (terminal every
+  5 minutes, tests every 6 hours) work is taken when its evidence is the same number of its
+  intervals old, so every (environment, kind) is probed the same factor less often, not the
+  short intervals alone (ranking by the last result alone would give every kind the same
+  absolute gap; by the time due, the same lateness: both stretch the short intervals most).
+  The rank is worked out when the work is queued and at each re-rank, so between two it
+  lags by at most ``RERANK_S`` (a tenth of the shortest schedule, 5 minutes, or less).
 - **Stretch**: the median, over the recent probes started on schedule, of the time since
-  their previous result over their interval in force (at least 1). The metrics show it.
+  their previous result over their interval in force. The metrics show it; the aging reads
+  it. (Ranking by ``last result + stretch x interval`` instead would be a time, fixed
+  between re-ranks, but it feeds the measured stretch back into the order: the bench saw it
+  swing between 3 and 40.)
 - **Re-rank**: a queued work's priority was its worth when it fell due; every ``RERANK_S``
   (at a take, the one moment order matters) the whole queue gets its priority and rank anew
   (:meth:`.workqueue.WorkQueue.rerank`, one pass). The ledger's own rule then ages work:
@@ -72,16 +75,17 @@ class Overload:
         env = self._ledger.envs.get(env_id)
         return None if env is None else self._ledger.interval(env, kind)
 
-    def rank(self, env_id: str, kind: ProbeKind, due: float) -> float:
-        """When the evidence of (env, kind) runs out at the stretch in force; ``due`` when it
-        has no interval (asked for by hand, a kind turned off)."""
+    def rank(self, env_id: str, kind: ProbeKind, due: float, now: float) -> float:
+        """Minus the age of the evidence of (env, kind) in its intervals, at ``now``; 0 when
+        it has no interval (asked for by hand, a kind turned off: after the overdue work).
+        Not ordered: ``due``."""
         if not self.ordered:
             return due
         last = self._ledger.last_at.get((env_id, kind))
         if last is None:
             return float("-inf")
         interval = self._interval(env_id, kind)
-        return due if interval is None else last + self.stretch * interval
+        return -(now - last) / interval if interval else 0.0
 
     def priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
         """The ledger's worth, with quarantined work aged (see the module's docstring)."""
@@ -113,7 +117,7 @@ class Overload:
             else 1.0
         queue.rerank(lambda w: (w.priority if w.priority == URGENT
                                 else self.priority(w.env_id, w.kind, now),
-                                self.rank(w.env_id, w.kind, w.due)))
+                                self.rank(w.env_id, w.kind, w.due, now)))
         self.measure(queue, now)
         return True
 

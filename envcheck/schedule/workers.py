@@ -120,7 +120,7 @@ class Workers:
             due = now if due is None else due
             if self._stopping.is_set() or env_id not in self._ledger.envs or not self._queue.put(
                     self._overload.priority(env_id, kind, now), due, env_id, kind,
-                    self._overload.rank(env_id, kind, due)):
+                    self._overload.rank(env_id, kind, due, now)):
                 return False
             self.stats.queued = self._queue.queued
             self._work_ready.notify()
