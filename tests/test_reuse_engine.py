@@ -7,6 +7,7 @@ hour away); a suite that pins ``reprove_every: null`` starts a container every t
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from envcheck.executors.cycle import check_environment, new_run_id
 from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_TAG
+from tests.conftest import ROOT
 from tests.test_daemon import Daemon, Daemons
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -86,12 +88,13 @@ def mode(result: Any) -> str:
     return str(result.details.get("depth", {}).get("mode", "full"))
 
 
-def creates(client: docker.DockerClient, tag: str, since: datetime, until: datetime) -> int:
+def created(client: docker.DockerClient, tag: str, env_id: str, since: datetime,
+            until: datetime) -> int:
     """Containers the daemon created for the environment between the two times, as the
     engine itself reports them."""
     events = client.events(since=since, until=until, decode=True, filters={
         "type": "container", "event": "create", "label": [f"{LABEL_TAG}={tag}",
-                                                          f"{LABEL_ENV}=task"]})
+                                                          f"{LABEL_ENV}={env_id}"]})
     return sum(1 for _ in events)
 
 
@@ -121,7 +124,7 @@ def test_proven_evidence_starts_no_container_and_a_new_digest_is_validated_at_on
         count = len(results(d, ProbeKind.TERMINAL))
         d.wait("three more terminal probes",
                lambda: len(results(d, ProbeKind.TERMINAL)) >= count + 3, timeout=60)
-        assert creates(client, d.tag, since, datetime.now(UTC)) == 0
+        assert created(client, d.tag, "task", since, datetime.now(UTC)) == 0
 
         # a rebuilt image behind the same tag: seen at the next terminal probe, then every
         # kind in full at once, though dependencies and tests are not due for an hour
@@ -191,3 +194,55 @@ def test_a_slow_start_of_a_proven_image_is_the_hosts_not_the_environments(
     assert slow_host.details["depth"]["why"] == "host sample"
     slow_image = probe(proven=False)
     assert (str(slow_image.status), str(slow_image.reason)) == ("fail", "container_start_slow")
+
+
+def test_the_demo_fleet_starts_containers_only_for_what_is_not_proven(
+        daemons: Daemons, tmp_path: Path) -> None:
+    """The demo fleet (probes/demo.yaml) with its terminal every 2 s and its dependencies
+    every 3 s: once proven, its healthy environments start no container; the broken ones are
+    still probed in full, every time (a failure is never reused; quarantined, they are
+    probed four times less often)."""
+    demo = (ROOT / "probes" / "demo.yaml").read_text(encoding="utf-8")
+    fast = demo.replace("schedules: { terminal: 5m, dependencies: 1h, tests: 6h }",
+                        "schedules: { terminal: 2s, dependencies: 3s, tests: null, "
+                        "jitter_s: 0 }")
+    assert fast != demo
+    catalogue = tmp_path / "demo.yaml"
+    catalogue.write_text(fast, encoding="utf-8")
+    d = daemons.start(catalogue, args=["--host-sample-every", "0"])
+
+    def states() -> dict[str, dict[str, str]]:
+        with d.store() as store:
+            return {row.env_id: {k: v["state"] for k, v in (row.kinds or {}).items()}
+                    for row in store.env_states()}
+
+    def proven() -> set[str]:
+        return {env for env, kinds in states().items()
+                if kinds.get("terminal") == kinds.get("dependencies") == "healthy"}
+
+    d.wait("the healthy demo environments proven", lambda: "demo-healthy" in proven(),
+           timeout=240)
+    time.sleep(4.0)  # a window to assess what was proven alongside
+    good = proven()
+    bad = set(states()) - good - {"demo-image-missing"}
+    assert good and bad, states()
+    client = docker.from_env(timeout=30)
+    try:
+        since = datetime.now(UTC)
+        with d.store() as store:
+            count = len(store.history("demo-healthy", ProbeKind.TERMINAL, limit=500))
+        d.wait("five more rounds", lambda: len(d.store().history(
+            "demo-healthy", ProbeKind.TERMINAL, limit=500)) >= count + 5, timeout=120)
+        until = datetime.now(UTC)
+        made = {env: created(client, d.tag, env, since, until) for env in good | bad}
+    finally:
+        client.close()
+    assert {env: made[env] for env in good} == dict.fromkeys(good, 0), made
+    now = states()
+    with d.store() as store:
+        for env in bad:  # a kind that failed is never reused, before or after quarantine
+            failed = [ProbeKind(k) for k, state in now[env].items() if state != "healthy"]
+            found = [r for kind in failed for r in store.history(env, kind, limit=500)]
+            assert found and all(mode(r) == "full" for r in found), env
+    assert d.stop() == 0
+    assert daemons.containers(d.tag) == []
