@@ -15,12 +15,15 @@ from envcheck.core.depth import DEPTH_KEY, Depth, DepthAdvice, RunCount
 from envcheck.core.errors import CatalogueError
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.core.states import EnvState, Observation
+from envcheck.feed.assess import evaluate
 from envcheck.feed.reuse import HostSamples
 from envcheck.health.reuse import advise_reuse
 from envcheck.health.rollouts import RolloutHealth
 from envcheck.health.sprt import KindHealth, assess_kind
 from envcheck.kinds.reuse import ReuseAdvisor, depth_record
 from envcheck.schedule.ledger import Ledger
+from envcheck.store import open_store
+from envcheck.store.feed import OBSERVATION_WINDOW
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 DAY = 86400.0
@@ -189,3 +192,43 @@ def test_the_ledger_sees_a_new_digest_and_marks_the_other_kinds_new(tmp_path: Pa
         ledger.priority(env.id, T, NOW.timestamp())
     assert ledger.note(result(env.id, ProbeKind.DEPENDENCIES, "sha256:b", 40), before) == []
     assert not ledger.new
+
+
+def test_a_full_probe_stays_the_evidence_however_many_identity_checks_follow(
+        store_url: str, tmp_path: Path) -> None:
+    """The health model reads a window of results per kind (400: 33 hours of identity checks
+    at the default schedule); a full probe that slid out of it is still the newest full
+    probe of its identity: its time stays in the stored state while the identity holds."""
+    env = catalogue_env(tmp_path, "")
+    with open_store(store_url) as store:
+        store.sync_suites([])
+        store.sync_environments([env])
+        run_id = store.start_run("test", [])
+        full = ProbeResult(env.id, T, Status.PASS, Reason.OK, "ok", 0.5, "sha256:a",
+                           env.spec_hash(T), NOW)
+        store.record(run_id, full)
+        evaluate(store, [env])
+        advice = DepthAdvice(Depth.REUSED, "unchanged", "sha256:a", env.spec_hash(T), NOW,
+                             True)
+        for i in range(1, OBSERVATION_WINDOW + 50):
+            store.record(run_id, ProbeResult(
+                env.id, T, Status.PASS, Reason.OK, "evidence reused", 0.01, "sha256:a",
+                env.spec_hash(T), NOW + timedelta(minutes=5 * i),
+                details={DEPTH_KEY: depth_record(advice, failing=False)}))
+        evaluate(store, [env])
+        row = store.env_state(env.id)
+        assert row is not None
+        kind = KindHealth.from_json("terminal", row.kinds["terminal"])
+        assert kind.state is EnvState.HEALTHY and kind.full_at == NOW
+        assert (kind.passes, kind.failures) == (0, 0)  # identity checks hold no run
+        later = NOW + timedelta(hours=20)
+        assert advise_reuse(DAY, kind, quarantined=False, now=later).depth is Depth.REUSED
+        # another digest behind the tag: nothing of the old full probe carries over
+        rebuilt = NOW + timedelta(days=2)
+        store.record(run_id, ProbeResult(env.id, T, Status.PASS, Reason.OK, "ok", 0.5,
+                                         "sha256:b", env.spec_hash(T), rebuilt))
+        evaluate(store, [env])
+        row = store.env_state(env.id)
+        assert row is not None
+        moved = KindHealth.from_json("terminal", row.kinds["terminal"])
+        assert moved.image_digest == "sha256:b" and moved.full_at == rebuilt
