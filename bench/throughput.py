@@ -74,7 +74,7 @@ suites:
       shell: /bin/bash
       tools: [git, python3, tmux]
       limits: { memory_mb: 512, cpus: 1.0, pids: 256 }
-      timeouts: { start_s: 15, shell_s: 2, exec_s: 30 }
+      timeouts: { shell_s: %s }
       dependencies:
         python: { pytest: ">=7.2,<8", pluggy: ">=1.0", packaging: ">=23" }
         debian: { python3: ">= 3.11", git: ">= 1:2.39", tmux: ">= 3.3" }
@@ -102,13 +102,15 @@ suites:
 """
 
 
-def write_catalogue(folder: Path, envs: int, images: Sequence[str], tests: int) -> Catalogue:
+def write_catalogue(folder: Path, envs: int, images: Sequence[str], tests: int,
+                    shell_s: float) -> Catalogue:
     fleet = "".join(f"      - {{ id: thru-{i:03d}, image: '{images[i % len(images)]}' }}\n"
                     for i in range(envs))
     checks = "".join(f"      - {{ id: thru-tests-{i}, image: 'envcheck-demo/hack-resistant'"
                      " }\n" for i in range(max(tests, 1)))
     path = folder / "fleet.yaml"
-    path.write_text(CATALOGUE % (fleet.rstrip("\n"), checks.rstrip("\n")), encoding="utf-8")
+    text = CATALOGUE % (shell_s, fleet.rstrip("\n"), checks.rstrip("\n"))
+    path.write_text(text, encoding="utf-8")
     return load_catalogue([path])
 
 
@@ -176,6 +178,7 @@ class Side:
         self.name, self.store, self.envs = name, store, envs
         self._services = services
         self._assess = StoreAssessment(store, export_dir=exports)
+        self.assess_s = 0.0  # of the cycles' wall, the assessments' (the daemon's per window)
         store.sync_suites(catalogue.suites)
         store.sync_environments(envs)
 
@@ -185,8 +188,10 @@ class Side:
         results = run_cycle(self.envs, KINDS, runtime, run_id,
                             lambda r: self.store.record(run_id, r), concurrency,
                             self._services())
+        started = time.monotonic()
         self._assess.window(run_id, self.envs, results, before)
         self.store.finish_run(run_id)
+        self.assess_s += time.monotonic() - started
         return run_id, results
 
 
@@ -194,6 +199,7 @@ def measure(side: Side, runtime: DockerRuntime, concurrency: int, cycles: int,
             meter: Meter) -> dict[str, Any]:
     runs: list[str] = []
     results: list[ProbeResult] = []
+    side.assess_s = 0.0
     meter.start()
     for _ in range(cycles):
         run_id, got = side.cycle(runtime, concurrency)
@@ -202,7 +208,8 @@ def measure(side: Side, runtime: DockerRuntime, concurrency: int, cycles: int,
     row: dict[str, Any] = {"side": side.name, "concurrency": concurrency, "cycles": cycles,
                            **meter.stop(), "probes": len(results), "runs": runs,
                            "statuses": _count(f"{r.status}" for r in results),
-                           "reused": sum(_mode(r) == Depth.REUSED for r in results)}
+                           "reused": sum(_mode(r) == Depth.REUSED for r in results),
+                           "assess_s": side.assess_s}
     row["probes_per_s"] = row["probes"] / row["wall_s"]
     row["envs_per_s"] = row["probes_per_s"] / len(KINDS)
     return row
@@ -345,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="cycles measured per concurrency with reuse (they are fast)")
     parser.add_argument("--tests-checks", type=int, default=2, help="light tests checks (0: none)")
     parser.add_argument("--host-sample-every", type=float, default=DEFAULT_HOST_SAMPLE_S)
+    parser.add_argument("--shell-s", type=float, default=5.0,
+                        help="timeouts.shell_s (5: the default; a loaded host may need more)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     runtime = DockerRuntime.from_env()
@@ -355,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="envcheck-thru-") as tmp:
             folder = Path(tmp)
             catalogue = write_catalogue(folder, args.envs, ONE if args.fleet == "one" else MIXED,
-                                        args.tests_checks)
+                                        args.tests_checks, args.shell_s)
             envs = [e for e in catalogue.environments if not e.id.startswith("thru-tests-")]
             meter = Meter()
             with open_store(f"sqlite:///{folder / 'before.db'}") as old, \
