@@ -318,7 +318,7 @@ def report(rows: list[dict[str, Any]], tests: dict[str, Any] | None, size: dict[
            made: dict[str, int], envs: int) -> None:
     print(f"\n{envs} environments, terminal + dependencies; after = with reuse at steady state")
     print(f"{'conc':>4} {'side':<7} {'probes':>6} {'wall s':>7} {'probes/s':>9} {'envs/s':>7} "
-          f"{'ratio':>6} {'cpu s':>6} {'engine s':>8} {'machine':>8} {'load':>10} "
+          f"{'ratio':>6} {'assess s':>8} {'cpu s':>6} {'engine s':>8} {'machine':>8} {'load':>10} "
           f"{'creates':>8} {'reused':>7}")
     by = {(r["concurrency"], r["side"]): r for r in rows}
     for (conc, side), r in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] != "before")):
@@ -326,8 +326,8 @@ def report(rows: list[dict[str, Any]], tests: dict[str, Any] | None, size: dict[
             if side == "after" and (conc, "before") in by else None
         print(f"{conc:>4} {side:<7} {r['probes']:>6} {r['wall_s']:>7.2f} "
               f"{r['probes_per_s']:>9.2f} {r['envs_per_s']:>7.2f} "
-              f"{'' if ratio is None else f'x{ratio:.0f}':>6} {r['cpu_s']:>6.2f} "
-              f"{r['engine_cpu_s']:>8.2f} {r['machine_busy']:>8.0%} "
+              f"{'' if ratio is None else f'x{ratio:.0f}':>6} {r['assess_s']:>8.2f} "
+              f"{r['cpu_s']:>6.2f} {r['engine_cpu_s']:>8.2f} {r['machine_busy']:>8.0%} "
               f"{r['load_start']:>4.1f}-{r['load_end']:<4.1f} "
               f"{sum(made.get(run, 0) for run in r['runs']):>8} {r['reused']:>7}")
     if tests is not None:
