@@ -33,7 +33,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,24 +116,20 @@ def write_catalogue(folder: Path, envs: int, images: Sequence[str], tests: int,
 
 
 class Meter:
-    """Wall, CPU (this process; the engine's daemons; the whole machine's busy share) and load
-    average over one measured stretch. Other sessions' work shows in the machine's share and
-    the load, never in the first two."""
+    """Wall, CPU (this process; the engine's daemons) and load average over one measured
+    stretch. Other sessions' work shows in the load, not in the CPU figures."""
 
     def __init__(self) -> None:
         self._engine = [p for p in _pids(("dockerd", "containerd")) if _readable(p)]
 
     def start(self) -> None:
         self._t, self._cpu, self._eng = time.monotonic(), time.process_time(), self._engine_s()
-        self._busy, self._total = _machine()
         self._load0 = os.getloadavg()[0]
 
     def stop(self) -> dict[str, float]:
-        busy, total = _machine()
         return {"wall_s": time.monotonic() - self._t,
                 "cpu_s": time.process_time() - self._cpu,
                 "engine_cpu_s": self._engine_s() - self._eng,
-                "machine_busy": (busy - self._busy) / max(total - self._total, 1),
                 "load_start": self._load0, "load_end": os.getloadavg()[0]}
 
     def _engine_s(self) -> float:
@@ -163,13 +160,6 @@ def _readable(pid: int) -> bool:
     return os.access(f"/proc/{pid}/stat", os.R_OK)
 
 
-def _machine() -> tuple[int, int]:
-    """(busy, total) jiffies of every CPU since boot."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
-
-
 class Side:
     """One side of the bench: its store, its services, its cycles recorded and assessed."""
 
@@ -182,10 +172,11 @@ class Side:
         store.sync_suites(catalogue.suites)
         store.sync_environments(envs)
 
-    def cycle(self, runtime: DockerRuntime, concurrency: int) -> tuple[str, list[ProbeResult]]:
+    def cycle(self, runtime: DockerRuntime, concurrency: int,
+              kinds: Sequence[ProbeKind] = KINDS) -> tuple[str, list[ProbeResult]]:
         before = previous_statuses(self.store.latest_results([e.id for e in self.envs]))
         run_id = self.store.start_run("bench", [])
-        results = run_cycle(self.envs, KINDS, runtime, run_id,
+        results = run_cycle(self.envs, kinds, runtime, run_id,
                             lambda r: self.store.record(run_id, r), concurrency,
                             self._services())
         started = time.monotonic()
@@ -196,35 +187,33 @@ class Side:
 
 
 def measure(side: Side, runtime: DockerRuntime, concurrency: int, cycles: int,
-            meter: Meter) -> dict[str, Any]:
+            meter: Meter, kinds: Sequence[ProbeKind] = KINDS) -> dict[str, Any]:
     runs: list[str] = []
     results: list[ProbeResult] = []
     side.assess_s = 0.0
     meter.start()
     for _ in range(cycles):
-        run_id, got = side.cycle(runtime, concurrency)
+        run_id, got = side.cycle(runtime, concurrency, kinds)
         runs.append(run_id)
         results += got
-    row: dict[str, Any] = {"side": side.name, "concurrency": concurrency, "cycles": cycles,
+    name = side.name if kinds == KINDS else f"{side.name} {kinds[0]}"
+    row: dict[str, Any] = {"side": name, "concurrency": concurrency, "cycles": cycles,
                            **meter.stop(), "probes": len(results), "runs": runs,
-                           "statuses": _count(f"{r.status}" for r in results),
+                           "statuses": _counted(f"{r.status}" for r in results),
                            "reused": sum(_mode(r) == Depth.REUSED for r in results),
                            "assess_s": side.assess_s}
     row["probes_per_s"] = row["probes"] / row["wall_s"]
-    row["envs_per_s"] = row["probes_per_s"] / len(KINDS)
+    row["envs_per_s"] = row["probes_per_s"] / len(kinds)
     return row
+
+
+def _counted(items: Iterable[str]) -> dict[str, int]:
+    return dict(Counter(items))
 
 
 def _mode(result: ProbeResult) -> str | None:
     record = result.details.get(DEPTH_KEY)
     return record.get("mode") if isinstance(record, dict) else None
-
-
-def _count(items: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item] = counts.get(item, 0) + 1
-    return counts
 
 
 def light_checks(runtime: DockerRuntime, catalogue: Catalogue, store: Store, n: int,
@@ -241,8 +230,8 @@ def light_checks(runtime: DockerRuntime, catalogue: Catalogue, store: Store, n: 
     meter.start()
     results = run_cycle(envs, [ProbeKind.TESTS], runtime, store.start_run("bench", []),
                         concurrency=min(n, 2), services=build_services(catalogue, store, light))
-    row = {**meter.stop(), "checks": n, "statuses": _count(f"{r.status}" for r in results),
-           "modes": _count(str(_mode(r)) for r in results),
+    row = {**meter.stop(), "checks": n, "statuses": _counted(f"{r.status}" for r in results),
+           "modes": _counted(str(_mode(r)) for r in results),
            "probe_s": median(r.duration_s for r in results)}
     row["checks_per_s"] = n / row["wall_s"]
     return row
@@ -277,70 +266,70 @@ class Creates:
         return dict(self.per_run)
 
 
-def sizing(catalogue: Catalogue, before: dict[str, Any], after: dict[str, Any],
-           tests: dict[str, Any] | None, sample_s: float | None) -> dict[str, Any]:
-    """The largest fleet one host keeps at the default schedules: an hour of the host's
-    probing at the best measured rate, over what one environment asks of it in an hour.
+def tests_share(catalogue: Catalogue, tests: dict[str, Any] | None) -> float:
+    """Host-seconds an environment's tests probe takes an hour at steady state: 3600/tests
+    checks, light, one in full every ``full_every`` (a full one ~ 9/2 a light one: its
+    containers). 0 when not measured."""
+    if tests is None:
+        return 0.0
+    env = next(e for e in catalogue.environments if e.tests is not None)
+    assert env.tests is not None
+    every = env.schedules.interval(ProbeKind.TESTS, False) or float("inf")
+    light_share = 1 - every / env.tests.adaptive.full_every_s
+    check = tests["wall_s"] / tests["checks"]  # host-seconds a light check takes
+    return 3600.0 / every * (light_share + (1 - light_share) * FULL_TESTS_RUNS
+                             / LIGHT_TESTS_RUNS) * check
 
-    Per environment and hour: 3600/terminal + 3600/dependencies probes; after reuse, of those
-    one of each kind a ``reprove_every`` in full (the rest identity checks), and one full
-    terminal probe per host sample; tests: 3600/tests checks, light at steady state with one
-    in full every ``full_every`` (a full one ~ 9/2 a light one: its containers)."""
+
+def sizing(catalogue: Catalogue, full_s: dict[ProbeKind, float], reused_s: float,
+           tests_h: float, sample_s: float | None) -> dict[str, Any]:
+    """The largest fleet one host keeps at the default schedules: an hour of the host's
+    probing over what one environment asks of it in an hour, each probe costing the
+    host-seconds measured (``full_s`` of a kind's full probe, ``reused_s`` of an identity
+    check: 1 / the rate at the best concurrency).
+
+    Per environment and hour: 3600/schedule probes of each kind; after reuse, 3600 /
+    ``reprove_every`` of them in full, the rest identity checks; the host samples (one full
+    terminal probe each) come off the host's hour; ``tests_h``: the tests probe's share."""
     env = next(e for e in catalogue.environments if e.id.startswith("thru-"))
     per_h = {k: 3600.0 / (env.schedules.interval(k, False) or float("inf")) for k in KINDS}
-    asked = sum(per_h.values())
-    full_s = 1 / before["probes_per_s"]  # host-seconds a full probe takes at that concurrency
-    reused_s = 1 / after["probes_per_s"]
-    full_after = sum(3600.0 / (env.reprove_every.every(k) or 3600.0) for k in KINDS)
-    samples_h = 3600.0 / sample_s if sample_s else 0.0
-    cost_before = asked * full_s
-    cost_after = full_after * full_s + (asked - full_after) * reused_s
-    out: dict[str, Any] = {"asked_per_env_h": asked, "full_per_env_h_after": full_after,
-                           "host_samples_h": samples_h,
-                           "host_s_per_env_h": {"before": cost_before, "after": cost_after},
-                           "fleet": {"before": 3600 / cost_before,
-                                     "after": (3600 - samples_h * full_s) / cost_after}}
-    if tests is not None:
-        check = tests["wall_s"] / tests["checks"]  # host-seconds a light check takes
-        spec = next(e for e in catalogue.environments if e.tests is not None).tests
-        assert spec is not None
-        light_share = 1 - (env.schedules.tests or 0.0) / spec.adaptive.full_every_s
-        per_check = (light_share + (1 - light_share) * FULL_TESTS_RUNS / LIGHT_TESTS_RUNS) * check
-        tests_h = 3600.0 / (env.schedules.tests or float("inf")) * per_check
-        out["tests_host_s_per_env_h"] = tests_h
-        out["fleet_with_tests"] = {
-            "before": 3600 / (cost_before + tests_h),
-            "after": (3600 - samples_h * full_s) / (cost_after + tests_h)}
-    return out
+    full_h = {k: 3600.0 / (env.reprove_every.every(k) or 3600.0) for k in KINDS}
+    before = sum(per_h[k] * full_s[k] for k in KINDS)
+    after = sum(full_h[k] * full_s[k] + (per_h[k] - full_h[k]) * reused_s for k in KINDS)
+    spare = 3600.0 - (3600.0 / sample_s if sample_s else 0.0) * full_s[ProbeKind.TERMINAL]
+    return {"asked_per_env_h": sum(per_h.values()), "full_per_env_h_after": sum(full_h.values()),
+            "host_s_per_env_h": {"before": before, "after": after, "tests": tests_h},
+            "fleet": {"before": 3600 / before, "after": spare / after},
+            "fleet_with_tests": {"before": 3600 / (before + tests_h),
+                                 "after": spare / (after + tests_h)}}
 
 
-def report(rows: list[dict[str, Any]], tests: dict[str, Any] | None, size: dict[str, Any],
-           made: dict[str, int], envs: int) -> None:
-    print(f"\n{envs} environments, terminal + dependencies; after = with reuse at steady state")
-    print(f"{'conc':>4} {'side':<7} {'probes':>6} {'wall s':>7} {'probes/s':>9} {'envs/s':>7} "
-          f"{'ratio':>6} {'assess s':>8} {'cpu s':>6} {'engine s':>8} {'machine':>8} {'load':>10} "
+def report(rows: list[dict[str, Any]], tests: dict[str, Any] | None,
+           sizes: dict[str, dict[str, Any]], made: dict[str, int], envs: int) -> None:
+    print(f"\n{envs} environments; before: every probe in full; after: reuse at steady state")
+    print(f"{'conc':>4} {'side':<20} {'probes':>6} {'wall s':>7} {'probes/s':>9} {'envs/s':>7} "
+          f"{'ratio':>6} {'assess s':>8} {'cpu s':>6} {'engine s':>8} {'load':>10} "
           f"{'creates':>8} {'reused':>7}")
     by = {(r["concurrency"], r["side"]): r for r in rows}
-    for (conc, side), r in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] != "before")):
+    for (conc, side), r in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] == "after")):
         ratio = r["probes_per_s"] / by[(conc, "before")]["probes_per_s"] \
             if side == "after" and (conc, "before") in by else None
-        print(f"{conc:>4} {side:<7} {r['probes']:>6} {r['wall_s']:>7.2f} "
+        print(f"{conc:>4} {side:<20} {r['probes']:>6} {r['wall_s']:>7.2f} "
               f"{r['probes_per_s']:>9.2f} {r['envs_per_s']:>7.2f} "
               f"{'' if ratio is None else f'x{ratio:.0f}':>6} {r['assess_s']:>8.2f} "
-              f"{r['cpu_s']:>6.2f} {r['engine_cpu_s']:>8.2f} {r['machine_busy']:>8.0%} "
+              f"{r['cpu_s']:>6.2f} {r['engine_cpu_s']:>8.2f} "
               f"{r['load_start']:>4.1f}-{r['load_end']:<4.1f} "
               f"{sum(made.get(run, 0) for run in r['runs']):>8} {r['reused']:>7}")
     if tests is not None:
         print(f"\ntests, light checks: {tests['checks']} in {tests['wall_s']:.1f} s "
               f"({tests['checks_per_s']:.2f}/s, probe median {tests['probe_s']:.1f} s, "
               f"{tests['modes']}, {tests['statuses']}), load {tests['load_start']:.1f}")
-    print(f"\nlargest fleet at the default schedules ({size['asked_per_env_h']:.0f} terminal + "
-          f"dependencies probes an environment an hour; at the best rate of each side):")
-    for side in ("before", "after"):
-        line = f"  {side:<6} {size['fleet'][side]:>9,.0f} environments"
-        if "fleet_with_tests" in size:
-            line += f"; with the tests probe's light checks {size['fleet_with_tests'][side]:,.0f}"
-        print(line)
+    print("\nlargest fleet one host keeps at the default schedules (best rates measured):")
+    for model, size in sizes.items():
+        fleet, wide = size["fleet"], size["fleet_with_tests"]
+        print(f"  {model:<28} before {fleet['before']:>7,.0f}  after {fleet['after']:>7,.0f}"
+              f"  x{fleet['after'] / fleet['before']:.0f}; with the tests probe "
+              f"{wide['before']:,.0f} and {wide['after']:,.0f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -351,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--after-cycles", type=int, default=3,
                         help="cycles measured per concurrency with reuse (they are fast)")
     parser.add_argument("--tests-checks", type=int, default=2, help="light tests checks (0: none)")
+    parser.add_argument("--each-kind", action=argparse.BooleanOptionalAction, default=True,
+                        help="also each kind alone at the best concurrency, as the daemon")
     parser.add_argument("--host-sample-every", type=float, default=DEFAULT_HOST_SAMPLE_S)
     parser.add_argument("--shell-s", type=float, default=5.0,
                         help="timeouts.shell_s (5: the default; a loaded host may need more)")
@@ -359,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = DockerRuntime.from_env()
     events = Creates()
     rows: list[dict[str, Any]] = []
-    tests = None
+    tests: dict[str, Any] | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="envcheck-thru-") as tmp:
             folder = Path(tmp)
@@ -387,17 +378,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                         r = rows[-1]
                         print(f"c={conc} {side.name}: {r['probes_per_s']:.2f} probes/s "
                               f"(load {r['load_start']:.1f})", flush=True)
+                best = max((r for r in rows if r["side"] == "before"),
+                           key=lambda r: r["probes_per_s"])
+                if args.each_kind:  # as the daemon runs them: one kind, one container
+                    for kind in KINDS:
+                        rows.append(measure(before, runtime, best["concurrency"], 1, meter,
+                                            [kind]))
                 if args.tests_checks:
                     tests = light_checks(runtime, catalogue, old, args.tests_checks, meter)
-            best = {s: max((r for r in rows if r["side"] == s), key=lambda r: r["probes_per_s"])
-                    for s in ("before", "after")}
-            size = sizing(catalogue, best["before"], best["after"], tests,
-                          args.host_sample_every)
+            reused = max((r for r in rows if r["side"] == "after"),
+                         key=lambda r: r["probes_per_s"])
+            args_ = (1 / reused["probes_per_s"], tests_share(catalogue, tests),
+                     args.host_sample_every)
+            sizes = {"as a check (kinds together)": sizing(
+                catalogue, dict.fromkeys(KINDS, 1 / best["probes_per_s"]), *args_)}
+            alone = {k: r for k in KINDS for r in rows if r["side"] == f"before {k}"}
+            if alone:
+                sizes["as the daemon (each alone)"] = sizing(
+                    catalogue, {k: 1 / r["probes_per_s"] for k, r in alone.items()}, *args_)
     finally:
         made = events.close()
         left = runtime.containers(TAG)
         runtime.close()
-    report(rows, tests, size, made, args.envs)
+    report(rows, tests, sizes, made, args.envs)
+
     def made_by(side: str) -> int:
         return sum(made.get(run, 0) for r in rows if r["side"] == side for run in r["runs"])
 
@@ -407,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(
             {"commit": git_head(), "host": host(), "fleet": args.fleet, "envs": args.envs,
-             "rows": rows, "seed": seed, "tests": tests, "sizing": size, "creates": made,
+             "rows": rows, "seed": seed, "tests": tests, "sizing": sizes, "creates": made,
              "left": left}, indent=2, default=str), encoding="utf-8")
     bad = [r for r in rows if r["statuses"].get(str(Status.PASS), 0) != r["probes"]]
     if bad:
