@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
@@ -49,6 +50,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
+from envcheck.core.depth import DEFAULT_HOST_SAMPLE_S
 from envcheck.core.errors import CatalogueError
 from envcheck.core.memory import give_back
 from envcheck.core.readiness import Readiness
@@ -58,6 +60,7 @@ from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
 from envcheck.feed.assess import LookOutcome, StoreAssessment
 from envcheck.feed.depth import StoreDepth
+from envcheck.feed.reuse import HostSamples, StoreReuse
 from envcheck.feed.rollouts import RolloutLooks
 from envcheck.health.rollouts import RolloutPolicy
 from envcheck.kinds.base import Services
@@ -108,6 +111,8 @@ class DaemonConfig:
     suite_budgets: tuple[tuple[str, float], ...] = ()
     standby: bool = False  # the store's lease held by another daemon: wait for it, not exit
     rollouts: RolloutPolicy = field(default_factory=RolloutPolicy)  # how rollouts are judged
+    # one full terminal probe this often measures the host (None: never; feed.reuse)
+    host_sample_s: float | None = DEFAULT_HOST_SAMPLE_S
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
@@ -186,7 +191,9 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     assessment = StoreAssessment(store, looks=RolloutLooks(store, config.rollouts))
     scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
-                               services=_services, assessment=assessment,
+                               services=partial(_services,
+                                                samples=HostSamples(config.host_sample_s)),
+                               assessment=assessment,
                                on_cycle=notifier.wake if notifier is not None else None,
                                budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)))
     # before the scheduler starts: the probe counters count from here
@@ -280,9 +287,11 @@ def _settle() -> None:
     gc.freeze()
 
 
-def _services(catalogue: Catalogue, store: Store) -> Services:
-    """The probes' collaborators, with the depth advice from the store's evidence."""
-    return build_services(catalogue, store, StoreDepth(store).advice)
+def _services(catalogue: Catalogue, store: Store, samples: HostSamples) -> Services:
+    """The probes' collaborators, with the depth and reuse advice from the store's
+    evidence (``samples`` outlives a reload: the host's sampling keeps its pace)."""
+    return build_services(catalogue, store, StoreDepth(store).advice,
+                          StoreReuse(store, samples=samples).advice)
 
 
 def _every(name: str, interval_s: float, stop: threading.Event, work: Callable[[], object],

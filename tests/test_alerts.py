@@ -101,6 +101,7 @@ def test_every_alert_is_complete_and_unit_tested_both_ways() -> None:
             "DataSourceDown", "DataSourceSchemaDrift", "EnvironmentRewardHackable",
             "EnvcheckInfraIncident", "StaleResults", "EnvcheckBudgetExhausted",
             "SuiteBudgetExhausted", "EnvcheckRolloutFlagged", "SuiteRolloutFailureRateHigh",
+            "EnvcheckScheduleOverloaded",
             "EnvcheckDown", "EnvcheckAbsent"} <= set(alerts)
     for name, rule in alerts.items():
         assert rule.get("for"), f"{name}: no `for`"

@@ -13,6 +13,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from envcheck.metrics import StoreMetrics
 from envcheck.metrics.cursor import IdCursor
 from envcheck.metrics.fleet import FULL_CHECK_S
 from envcheck.metrics.text import sample_line
+from envcheck.schedule import workers as workers_mod
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store, open_store
 from envcheck.store.core_tables import RESULTS, STATES
@@ -427,3 +429,30 @@ def test_a_sample_line_reads_as_the_library_writes_it() -> None:
     registry.register(Fixed([family]))
     written = generate_latest(registry).decode().splitlines()[-1] + "\n"
     assert sample_line("envcheck_environment_state", labels, 1.0) == written
+
+
+def test_an_overload_shows_its_backlog_and_stretch(store: Store, serve: Callable[..., Served],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work queued past its interval is the backlog, read at each window; the stretch is 1
+    before any probe ran (the workers' clock is the test's: no waiting)."""
+    clock = [NOW]
+    monkeypatch.setattr(workers_mod, "time", SimpleNamespace(time=lambda: clock[0],
+                                                             monotonic=lambda: clock[0]))
+    catalogue = Catalogue(suites=(), environments=tuple(environments()), data_sources=(),
+                          files=())
+    scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
+                               assessment=StoreAssessment(store))
+    served = serve(scheduler=scheduler)
+    before = served.scrape()
+    assert before["envcheck_scheduler_backlog"] == {(): 0.0}
+    assert before["envcheck_scheduler_stretch_ratio"] == {
+        (("stat", stat),): 1.0 for stat in ("p50", "p95", "max")}
+    assert scheduler.enqueue_now("train-ok-1", ProbeKind.TERMINAL)  # every 300 s
+    clock[0] += 500
+    assert scheduler.enqueue_now("train-ok-2", ProbeKind.TERMINAL)
+    clock[0] += 200
+    scheduler.close_window()  # nothing ran: the window stays open, the backlog is read
+    after = served.scrape()
+    assert after["envcheck_scheduler_queue_depth"] == {(): 2.0}
+    assert after["envcheck_scheduler_backlog"] == {(): 1.0}, "train-ok-2 waited 200 s of 300"
+    assert after["envcheck_scheduler_oldest_wait_seconds"] == {(): 700.0}

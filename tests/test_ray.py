@@ -47,6 +47,7 @@ from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.executors.ray import RayExecutor
 from envcheck.feed.assess import assess_cycle, evaluate, previous_statuses
 from envcheck.feed.depth import StoreDepth
+from envcheck.feed.reuse import StoreReuse
 from envcheck.kinds.collaborators import build_services
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_OWNER
@@ -467,6 +468,31 @@ def test_the_depth_advice_travels_with_the_task(executor: RayExecutor, store: St
     time.sleep(1.0)  # the clean streak must have begun light_after_s ago
     light = check()
     assert modes == ["full", "full"] and (light["mode"], light["runs"]) == ("light", 2), light
+
+
+def test_the_reuse_advice_travels_with_the_task(executor: RayExecutor, store: Store) -> None:
+    """The caller looks up whether the terminal's evidence stands and sends the advice; the
+    node checks the identity it finds and starts no container for a proven image."""
+    catalogue = load_catalogue([ROOT / "probes" / "demo.yaml"])
+    env = catalogue.environment("demo-healthy")
+    store.sync_suites(catalogue.suites)
+    store.sync_environments([env])
+    services = build_services(catalogue, store, reuse=StoreReuse(store).advice)
+    run_id = store.start_run("test", [])
+
+    def check() -> ProbeResult:
+        [result] = executor.run_cycle([env], [ProbeKind.TERMINAL], run_id, services=services)
+        assert result.status is Status.PASS and "ray" in result.details, result.summary
+        store.record(run_id, result)
+        evaluate(store, [env])
+        return result
+
+    first, second = check(), check()
+    assert first.details["depth"]["mode"] == "full"
+    assert first.details["depth"]["why"] == "no evidence yet"
+    assert (second.details["depth"]["mode"], second.details["depth"]["runs"]) == ("reused", 0)
+    assert second.image_digest == first.image_digest
+    assert "login_ready_s" not in second.details  # no shell ran: no container
 
 
 def test_readiness_watches_the_cluster_from_its_own_thread(fleet: Fleet,

@@ -32,6 +32,7 @@ __all__ = [
     "EnvironmentEntry",
     "EnvironmentSettings",
     "Limits",
+    "Reprove",
     "Schedules",
     "Suite",
     "SuiteEntry",
@@ -74,6 +75,28 @@ class Schedules(CatalogueModel):
         return base * self.quarantined_factor if quarantined else base
 
 
+class Reprove(CatalogueModel):
+    """How long a full probe's evidence stands, for the kinds whose outcome is a property of
+    the image (an image is immutable: a tool on PATH, a writable workdir, an installed package
+    cannot change while its digest and the spec hold). Within the period, while the digest and
+    the spec are unchanged and the kind is healthy, a scheduled probe is an identity check: the
+    tag still names that digest on this host, no container. ``null`` pins a kind to a full
+    probe every time."""
+
+    terminal: Seconds | None = Field(86400.0, description=(
+        "re-prove the terminal at least this often (null: a full probe every time)"))
+    dependencies: Seconds | None = Field(86400.0, description=(
+        "re-prove the dependencies at least this often (null: a full probe every time)"))
+
+    def every(self, kind: ProbeKind) -> float | None:
+        """The period of ``kind``'s evidence; None: never reused (every other kind)."""
+        if kind is ProbeKind.TERMINAL:
+            return self.terminal
+        if kind is ProbeKind.DEPENDENCIES:
+            return self.dependencies
+        return None
+
+
 class EnvironmentSettings(CatalogueModel):
     """What a suite's ``defaults`` may set for all its environments."""
 
@@ -84,6 +107,7 @@ class EnvironmentSettings(CatalogueModel):
     limits: Limits = Limits()
     timeouts: Timeouts = Timeouts()
     schedules: Schedules = Schedules()
+    reprove_every: Reprove = Reprove()
     dependencies: DependencySpec | None = None
     tests: TestSpec | None = None
     data_sources: list[Ident] = Field(default_factory=list)

@@ -32,6 +32,7 @@ from envcheck.cli.common import (
     retention_or_exit,
     store_url_or_exit,
 )
+from envcheck.core.depth import DEFAULT_HOST_SAMPLE_S
 from envcheck.core.errors import ConfigError, LeaseHeld, StoreError
 from envcheck.executors.kind import ExecutorKind
 from envcheck.health.rollouts import RolloutPolicy
@@ -96,6 +97,11 @@ def daemon(
     suite_budget: Annotated[list[str] | None, typer.Option(
         envvar="ENVCHECK_SUITE_BUDGET", metavar="SUITE=SECONDS",
         help="sandbox-seconds per hour for one suite (repeatable)")] = None,
+    host_sample_every: Annotated[float, typer.Option(
+        envvar="ENVCHECK_HOST_SAMPLE_EVERY", min=0.0, metavar="SECONDS",
+        help="one terminal probe in full this often measures the host's container start and "
+        "shell latency while the fleet's terminal evidence is reused (0: never)")
+    ] = DEFAULT_HOST_SAMPLE_S,
     standby: Annotated[bool, typer.Option(
         "--standby", envvar="ENVCHECK_STANDBY", help="another daemon holds the store: wait, "
         "and take over when it stops or dies (default: exit 2 naming it)")] = False,
@@ -172,7 +178,8 @@ def daemon(
                           webhooks=hooks, external_url=external_url, api_token=token,
                           retention=retention, prune_every_s=prune_every,
                           metrics_series=metrics_series, budget_s=budget,
-                          suite_budgets=suite_budgets, standby=standby, rollouts=rollouts)
+                          suite_budgets=suite_budgets, standby=standby, rollouts=rollouts,
+                          host_sample_s=host_sample_every or None)
     try:
         code = run_daemon(config, catalogue)
     except LeaseHeld as exc:  # refused: another daemon writes this store

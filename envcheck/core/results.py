@@ -125,6 +125,7 @@ class Reason(StrEnum):
     INTERRUPTED = "interrupted"
     WORKER_LOST = "worker_lost"
     NODE_UNAVAILABLE = "node_unavailable"
+    HOST_SLOW = "host_slow"
 
 
 REASON_DOCS: dict[Reason, str] = {
@@ -219,6 +220,9 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.NODE_UNAVAILABLE: "no live worker node offers what the check needs: a Docker engine, "
                              "or the node a data source is pinned to (not the environment's "
                              "fault)",
+    Reason.HOST_SLOW: "a container start or shell went past its limit on an image whose same "
+                      "digest and spec a full probe proved fast: the host is slow (not the "
+                      "environment's fault)",
 }
 
 

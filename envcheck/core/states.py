@@ -61,6 +61,8 @@ class Observation:
     @property
     def run_split(self) -> tuple[int, int]:
         """(passed runs, failed runs): a failing result holds at least one failed run."""
+        if self.depth is Depth.REUSED:  # an identity check: evidence reused, no run
+            return 0, 0
         runs = max(self.runs, 1)
         failing = self.status in (Status.FAIL, Status.FLAKY)
         failed = self.failed_runs if self.failed_runs is not None else int(failing)

@@ -47,6 +47,7 @@ from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.datasource.probe import DataSourceChecker
 from envcheck.kinds.datasource.sampling import ShapeStore
 from envcheck.kinds.datasource.shapewrites import ThrottledShapes
+from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
 
 __all__ = ["RayExecutor"]
@@ -92,6 +93,15 @@ def _reason(exc: BaseException) -> Reason:
     if isinstance(exc, ray.exceptions.RayTaskError):
         return Reason.CHECKER_CRASHED  # envcheck's own code raised on the node
     return Reason.WORKER_LOST  # the worker, its node or its result died with every retry
+
+
+def _reuse(advisor: ReuseAdvisor | None, env: Environment, kinds: Sequence[ProbeKind]
+           ) -> dict[ProbeKind, DepthAdvice]:
+    """The reuse advice of ``kinds``, looked up here: a node has no store to ask."""
+    if advisor is None:
+        return {}
+    found = {kind: advisor.lookup(env, kind) for kind in kinds}
+    return {kind: advice for kind, advice in found.items() if advice is not None}
 
 
 def _feasible(resources: Mapping[str, float], nodes: Sequence[Mapping[str, Any]]) -> bool:
@@ -172,6 +182,8 @@ class RayExecutor:
         ledger = found if isinstance(found, ControlsLedger) else None
         found = services.get(DepthAdvisor) if services is not None else None
         advisor = found if isinstance(found, DepthAdvisor) else None
+        found = services.get(ReuseAdvisor) if services is not None else None
+        reuser = found if isinstance(found, ReuseAdvisor) else None
         tests = ProbeKind.TESTS in kinds
         pending: dict[Ref, _Job] = {}
         nodes = self._live_nodes()
@@ -180,7 +192,9 @@ class RayExecutor:
             for env in envs:
                 prior = ledger.newest(env) if ledger is not None and tests else None
                 depth = advisor.advice(env) if advisor is not None and tests else None
-                for job in self._jobs(env, kinds, run_id, checker, accepted, prior, depth):
+                reuse = _reuse(reuser, env, kinds)
+                for job in self._jobs(env, kinds, run_id, checker, accepted, prior, depth,
+                                      reuse):
                     if not _feasible(job.resources, nodes):
                         emit(self._unplaceable(job))
                         continue
@@ -218,10 +232,13 @@ class RayExecutor:
               checker: DataSourceChecker | None,
               accepted: dict[str, Shape | None],
               prior: ProbeResult | None = None,
-              depth: DepthAdvice | None = None) -> list[_Job]:
+              depth: DepthAdvice | None = None,
+              reuse: Mapping[ProbeKind, DepthAdvice] | None = None) -> list[_Job]:
         """One task per environment, or two when its data sources pin the datasource probe
         to a node (the other kinds need not go there); ``prior``: the earlier adversarial
-        evidence the tests probe may reuse; ``depth``: the depth advice for it."""
+        evidence the tests probe may reuse; ``depth``: the depth advice for it; ``reuse``:
+        the reuse advice of the read-only kinds."""
+        reuse = reuse or {}
         base = {self._options.docker_resource: self._options.docker_per_task}
         sources: tuple[DataSource, ...] | None = None
         if ProbeKind.DATASOURCE in kinds and checker is not None:
@@ -232,10 +249,11 @@ class RayExecutor:
         snapshot = {s.id: accepted.get(s.id) for s in sources or ()}
         pins = {s.node for s in sources or () if s.node is not None}
         if not pins:
-            return [_Job(CheckTask(env, tuple(kinds), run_id, sources, snapshot, prior, depth),
-                         base)]
+            return [_Job(CheckTask(env, tuple(kinds), run_id, sources, snapshot, prior, depth,
+                                   reuse), base)]
         others = tuple(k for k in kinds if k is not ProbeKind.DATASOURCE)
-        jobs = [_Job(CheckTask(env, others, run_id, prior=prior, depth=depth), base)] \
+        jobs = [_Job(CheckTask(env, others, run_id, prior=prior, depth=depth, reuse=reuse),
+                     base)] \
             if others else []
         pinned = {**base, **dict.fromkeys(sorted(pins), PIN_AMOUNT)}
         jobs.append(_Job(CheckTask(env, (ProbeKind.DATASOURCE,), run_id, sources, snapshot),

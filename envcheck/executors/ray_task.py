@@ -27,6 +27,7 @@ from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import check_environment, unchecked
 from envcheck.kinds.adversarial.ledger import ControlsLedger, RecordedEvidence
 from envcheck.kinds.datasource.probe import DataSourceChecker
+from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
 from envcheck.sandbox.docker import DockerRuntime
 
@@ -71,6 +72,9 @@ class CheckTask:
     # The depth advice for its tests probe (feed.depth.StoreDepth, looked up by the caller):
     # a light check holds only if the node finds the identity the advice is for.
     depth: DepthAdvice | None = None
+    # The reuse advice of its terminal and dependencies probes (feed.reuse.StoreReuse, looked
+    # up by the caller): evidence stands only if the node finds the identity it is for.
+    reuse: Mapping[ProbeKind, DepthAdvice] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +143,8 @@ def run_on_node(task: CheckTask) -> TaskOutcome:
     shapes = RecordingShapes(task.accepted)
     services: dict[type[Any], object] = {
         ControlsLedger: ControlsLedger(RecordedEvidence([task.prior] if task.prior else [])),
-        DepthAdvisor: DepthAdvisor(lambda env: task.depth)}
+        DepthAdvisor: DepthAdvisor(lambda env: task.depth),
+        ReuseAdvisor: ReuseAdvisor(lambda env, kind: task.reuse.get(kind))}
     if task.sources is not None:
         services[DataSourceChecker] = DataSourceChecker(task.sources, shapes)
     results = check_environment(task.env, task.kinds, runtime, task.run_id, None, services)

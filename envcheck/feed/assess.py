@@ -118,8 +118,21 @@ def _transition_row(t: Transition, digest: str | None) -> TransitionRow:
                          evidence=list(t.evidence), image_digest=digest)
 
 
-def _kinds_json(health: EnvHealth) -> dict[str, object]:
-    return {str(k): h.to_json() for k, h in health.kinds.items()}
+def _kinds_json(health: EnvHealth, current: EnvStateRow | None) -> dict[str, object]:
+    """The kinds as stored. A full probe older than the model's window of results (identity
+    checks fill it: 400 at a 5-minute schedule are 33 hours) is still the newest full probe
+    of its identity: its time is carried from the stored state while the identity holds."""
+    before = (current.kinds or {}) if current is not None else {}
+    kinds: dict[str, object] = {}
+    for kind, kind_health in health.kinds.items():
+        doc = kind_health.to_json()
+        old = before.get(str(kind))
+        if (doc["full_at"] is None and isinstance(old, Mapping) and old.get("full_at")
+                and (old.get("image_digest"), old.get("spec_hash"))
+                == (doc["image_digest"], doc["spec_hash"])):
+            doc["full_at"] = old["full_at"]
+        kinds[str(kind)] = doc
+    return kinds
 
 
 def stored_rollouts(row: EnvStateRow | None) -> RolloutHealth | None:
@@ -149,7 +162,7 @@ def evaluate(store: Store, envs: Sequence[Environment], policy: HealthPolicy | N
         entry, transition = decide(_entry(current), old_state, health, now)
         digest = next((h.identity[0] for h in health.kinds.values() if h.identity), None)
         values: dict[str, object] = {"state": str(health.state), "reason": health.reason,
-                                     "image_digest": digest, "kinds": _kinds_json(health),
+                                     "image_digest": digest, "kinds": _kinds_json(health, current),
                                      "rollouts": evidence.to_json() if evidence else None,
                                      **_entry_values(entry)}
         row = _transition_row(transition, digest) if transition is not None else None

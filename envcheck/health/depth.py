@@ -33,7 +33,8 @@ _AT_BOUND = 1e-3
 _POLICY = HealthPolicy()
 
 
-def _ago(seconds: float) -> str:
+def ago(seconds: float) -> str:
+    """A span as a person reads it: 45s, 12.0m, 3.5h, 1.0d."""
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
@@ -72,11 +73,11 @@ def advise(settings: AdaptiveDepth | None, health: KindHealth | None, *, quarant
         return full(f"{health.clean_runs} of {settings.light_after_runs} clean runs")
     span = (now - health.clean_since).total_seconds()
     if span < settings.light_after_s:
-        return full(f"clean for {_ago(span)} of {_ago(settings.light_after_s)}")
+        return full(f"clean for {ago(span)} of {ago(settings.light_after_s)}")
     if health.full_at is None:
         return full("no full validation of this identity")
     since_full = (now - health.full_at).total_seconds()
     if since_full >= settings.full_every_s:
-        return full(f"periodic full validation (last {_ago(since_full)} ago)")
-    return DepthAdvice(Depth.LIGHT, f"healthy for {health.clean_runs} runs over {_ago(span)}; "
-                       f"last full validation {_ago(since_full)} ago", digest, spec)
+        return full(f"periodic full validation (last {ago(since_full)} ago)")
+    return DepthAdvice(Depth.LIGHT, f"healthy for {health.clean_runs} runs over {ago(span)}; "
+                       f"last full validation {ago(since_full)} ago", digest, spec)

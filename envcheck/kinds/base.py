@@ -10,14 +10,16 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK, Clock
+from envcheck.core.depth import Depth, DepthAdvice
 from envcheck.core.errors import InfraError, SandboxStartFailed
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
+from envcheck.kinds.reuse import ReuseAdvisor, with_depth
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 
 __all__ = ["Probe", "ProbeContext", "Services", "Verdict"]
@@ -60,6 +62,8 @@ class ProbeContext:
         # Set before any probe runs when no probe can: the image does not build, or the
         # environment is of a shape envcheck does not run yet. Every applicable kind says so.
         self.blocked: Verdict | None = None
+        # The reuse advice of the probe running now (a reusable kind with an advisor only).
+        self.advice: DepthAdvice | None = None
 
     def service(self, cls: type[T]) -> T | None:
         """A collaborator the composition root injected for the cycle, by type (e.g. the
@@ -91,6 +95,9 @@ class Probe(ABC):
     # Kinds that work through the sandbox engine confirm it is alive before blaming the
     # environment: a command cut short by a dying engine looks like a broken shell.
     uses_engine: ClassVar[bool] = True
+    # What it checks is a property of the image: while the image digest and the spec hold,
+    # recent evidence stands (health.reuse) and a scheduled probe is an identity check.
+    reusable: ClassVar[bool] = False
 
     def applies(self, env: Environment) -> bool:
         """False when the environment declares nothing for this kind (result: skip); a kind
@@ -112,7 +119,7 @@ class Probe(ABC):
             elif ctx.blocked is not None:
                 verdict = ctx.blocked
             else:
-                verdict = self.check(ctx)
+                verdict = self._checked(ctx)
         except SandboxStartFailed as exc:
             verdict = Verdict(Status.FAIL, Reason.CONTAINER_START_FAILED,
                               f"container did not start: {exc}")
@@ -128,6 +135,23 @@ class Probe(ABC):
             verdict = self._confirm_engine(ctx, verdict)
         return self.result(ctx.env, verdict, ctx.clock.monotonic() - started, ctx.image_digest,
                            started_at=started_at)
+
+    def _checked(self, ctx: ProbeContext) -> Verdict:
+        """``check``, unless the evidence for the identity found stands (no container)."""
+        advisor = ctx.service(ReuseAdvisor) if self.reusable else None
+        advice = advisor.advice(ctx.env, self.kind, ctx.image_digest) if advisor else None
+        if advice is None:
+            return self.check(ctx)
+        if advice.depth is Depth.REUSED:
+            verdict = Verdict(Status.PASS, Reason.OK, f"evidence reused: {advice.why}")
+        else:
+            ctx.advice = advice
+            try:
+                verdict = self.check(ctx)
+            finally:
+                ctx.advice = None
+        failing = verdict.status in (Status.FAIL, Status.FLAKY)
+        return replace(verdict, details=with_depth(verdict.details, advice, failing))
 
     @staticmethod
     def _confirm_engine(ctx: ProbeContext, verdict: Verdict) -> Verdict:

@@ -11,21 +11,26 @@ from typing import Any
 
 from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.depth import DepthAdvice
+from envcheck.core.results import ProbeKind
 from envcheck.kinds.adversarial.ledger import ControlsLedger, PriorEvidence
 from envcheck.kinds.base import Services
 from envcheck.kinds.datasource.sampling import ShapeStore
+from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
 
 __all__ = ["build_services"]
 
 
 def build_services(catalogue: Catalogue, shapes: ShapeStore,
-                   depth: Callable[[Environment], DepthAdvice | None] | None = None
+                   depth: Callable[[Environment], DepthAdvice | None] | None = None,
+                   reuse: Callable[[Environment, ProbeKind], DepthAdvice | None] | None = None
                    ) -> Services:
     """``shapes``: where data-source fingerprints are kept (the result store); a store that
     also keeps earlier results lets the adversarial controls reuse their evidence.
     ``depth``: the depth advice for an environment's tests probe (``feed.depth.StoreDepth``);
-    without it every tests probe validates in full."""
+    without it every tests probe validates in full. ``reuse``: whether a terminal or
+    dependencies probe may stand on its evidence (``feed.reuse.StoreReuse``); without it
+    every such probe starts a container."""
     from envcheck.kinds.datasource.probe import DataSourceChecker
 
     services: dict[type[Any], object] = {
@@ -34,4 +39,6 @@ def build_services(catalogue: Catalogue, shapes: ShapeStore,
         services[ControlsLedger] = ControlsLedger(shapes)
     if depth is not None:
         services[DepthAdvisor] = DepthAdvisor(depth)
+    if reuse is not None:
+        services[ReuseAdvisor] = ReuseAdvisor(reuse)
     return services

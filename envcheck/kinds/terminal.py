@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envcheck.catalogue.models import Environment
+from envcheck.core.depth import DepthAdvice
 from envcheck.core.results import CommandEvidence, ProbeKind, Reason, Status
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
 from envcheck.kinds.startup import READY, command_start_failure
@@ -89,8 +90,26 @@ class Findings:
         return Verdict(Status.FAIL, reason, detail + more, self.details, tuple(self.evidence))
 
 
+# Problems of speed alone: on an image already proven fast, the host's (Reason.HOST_SLOW).
+_SLOWNESS = frozenset({Reason.CONTAINER_START_SLOW, Reason.SHELL_SLOW})
+
+
+def host_slow(verdict: Verdict, found: Findings, advice: DepthAdvice | None) -> Verdict:
+    """A slow start or shell on the very image and spec a full probe proved fast (its digest
+    cannot have changed) is the host's slowness: envcheck's ``error``, never the
+    environment's failure."""
+    reasons = {reason for reason, _ in found.problems}
+    if advice is None or not advice.proven or not reasons or not reasons <= _SLOWNESS:
+        return verdict
+    proven = advice.full_at.isoformat(timespec="seconds") if advice.full_at else "before"
+    return Verdict(Status.ERROR, Reason.HOST_SLOW,
+                   f"{verdict.summary}; this image and spec passed in full at {proven}: the "
+                   f"host is slow", verdict.details, verdict.evidence)
+
+
 class TerminalProbe(Probe):
     kind = ProbeKind.TERMINAL
+    reusable = True
 
     def check(self, ctx: ProbeContext) -> Verdict:
         env, found = ctx.env, Findings()
@@ -109,7 +128,7 @@ class TerminalProbe(Probe):
             session = typed.result()
         if shell_ran:
             session.judge(env, found)
-        return found.verdict()
+        return host_slow(found.verdict(), found, ctx.advice)
 
     def _login(self, sandbox: Sandbox, env: Environment, found: Findings) -> bool:
         """Run the batched script in a login shell; False if no shell could run at all."""

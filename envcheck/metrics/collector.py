@@ -64,6 +64,12 @@ class _Counters(Protocol):
     def deferred_total(self) -> int: ...
     @property
     def budget(self) -> Sequence[_BudgetLine]: ...
+    @property
+    def stretches(self) -> Iterable[float]: ...
+    @property
+    def backlog(self) -> int: ...
+    @property
+    def oldest_wait_s(self) -> float: ...
 
 
 class _Held(Protocol):
@@ -254,12 +260,36 @@ class StoreMetrics(Collector):
                                    "Held results dropped: over the bound, or refused for "
                                    "their data")
         lost.add_metric([], writes.dropped)
-        return (depth, running, lag, jobs, held, lost, *_budget_families(stats))
+        return (depth, running, lag, jobs, held, lost, *_overload_families(stats),
+                *_budget_families(stats))
 
 
 def _trick_lines(env_id: str, tricks: tuple[str, ...]) -> str:
     return "".join(sample_line("envcheck_reward_hackable_tricks",
                                {"env": env_id, "trick": trick}, 1.0) for trick in tricks)
+
+
+def _overload_families(stats: _Counters) -> Iterable[Metric]:
+    """An overload (schedule/overload.py): how much the probing intervals stretch, and the
+    work that waits past its interval."""
+    stretch = GaugeMetricFamily(
+        "envcheck_scheduler_stretch_ratio",
+        "Effective probing interval over the configured one, over the recent probes (p50, "
+        "p95, max): time since the previous result over the interval in force; 1 before any",
+        labels=["stat"])
+    ratios = list(stats.stretches) or [1.0]
+    for stat, q in (("p50", 0.5), ("p95", 0.95)):
+        stretch.add_metric([stat], percentile(ratios, q))
+    stretch.add_metric(["max"], max(ratios))
+    backlog = GaugeMetricFamily("envcheck_scheduler_backlog",
+                                "Queued probes that have waited longer than their interval "
+                                "(each missed a due time: the schedule stretches)")
+    backlog.add_metric([], stats.backlog)
+    oldest = GaugeMetricFamily("envcheck_scheduler_oldest_wait_seconds",
+                               "How long the longest-waiting queued probe has waited since it "
+                               "was due")
+    oldest.add_metric([], stats.oldest_wait_s)
+    return stretch, backlog, oldest
 
 
 def _budget_families(stats: _Counters) -> Iterable[Metric]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-from envcheck.core.depth import RunCount
+from envcheck.core.depth import Depth, RunCount
 from envcheck.core.results import ProbeKind, Reason, Status
 from envcheck.metrics.cursor import IdCursor
 from envcheck.store.views.metrics import NewestResult, ResultTick, Touched
@@ -109,7 +109,8 @@ class ProbeSeries:
             count = RunCount.stored(Status(row.status), row.runs, row.failed_runs, row.depth)
             depth = str(count.depth) if count.depth is not None else ""
             self.run_counts[(suite, kind, depth)] += count.runs
-            self.seconds[(suite, kind)] += duration
+            if count.depth is not Depth.REUSED:  # an identity check holds no sandbox
+                self.seconds[(suite, kind)] += duration
             self.dur_sum[kind] += duration
             self.buckets[kind][bisect_left(BUCKETS, duration)] += 1
             key, at = (row.env_id, kind), row.started_at.timestamp()

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from envcheck.catalogue.models import Environment
+from envcheck.core.depth import Depth, RunCount
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.schedule.budget import worth
 from envcheck.schedule.workqueue import Key
@@ -39,14 +40,18 @@ class Ledger:
         self.cost: dict[Key, float] = {}  # newest duration: the budget's estimate
         self.new: set[Key] = set()  # defined anew by a reload, no result since
         self.urgent: set[Key] = set()  # asked for now, ahead of the queue; not started yet
+        # env -> the image digest its newest result found, and that result's start
+        self.digests: dict[str, tuple[str, float]] = {}
 
     def seed(self, outcomes: Iterable[Any]) -> None:
         """The latest outcome of every (environment, kind) in the store, at start."""
         kinds, statuses = {k.value: k for k in ProbeKind}, {s.value: s for s in Status}
-        for env_id, kind, status, started_at in outcomes:
+        for env_id, kind, status, started_at, digest in outcomes:
             key = (env_id, kinds[kind])  # not ProbeKind(kind): 17,500 enum calls take 0.1 s
             self.last[key] = statuses[status]
-            self.last_at[key] = _epoch(started_at)
+            at = self.last_at[key] = _epoch(started_at)
+            if digest is not None and at >= self.digests.get(env_id, ("", at))[1]:
+                self.digests[env_id] = (digest, at)
 
     def take_states(self, generation: int, quarantined: set[str], suspect: set[str]
                     ) -> set[str]:
@@ -57,15 +62,32 @@ class Ledger:
         self.generation = generation
         return changed
 
-    def note(self, result: ProbeResult, before: Previous) -> None:
-        """A result recorded: the status it replaces goes into its window's ``before``."""
+    def note(self, result: ProbeResult, before: Previous) -> list[Key]:
+        """A result recorded: the status it replaces goes into its window's ``before``. When
+        it found another image digest than the environment's newest result did, the
+        environment's other kinds, now new work (no evidence for that image): due at once."""
         key = (result.env_id, result.kind)
         if key in self.last and key not in before:
             before[key] = self.last[key]
         self.last[key] = result.status
-        self.last_at[key] = _epoch(result.started_at)
-        self.cost[key] = result.duration_s
+        at = self.last_at[key] = _epoch(result.started_at)
+        if RunCount.of(result.status, result.details).depth is not Depth.REUSED:
+            # an identity check costs nothing: the estimate stays what a full probe took
+            self.cost[key] = result.duration_s
         self.new.discard(key)
+        return self._digest(result, at)
+
+    def _digest(self, result: ProbeResult, at: float) -> list[Key]:
+        digest, env = result.image_digest, self.envs.get(result.env_id)
+        known = self.digests.get(result.env_id)
+        if digest is None or env is None or (known is not None and at < known[1]):
+            return []  # no identity found, or a probe that began before the newest
+        self.digests[result.env_id] = (digest, at)
+        if known is None or known[0] == digest:
+            return []
+        again = [(env.id, kind) for kind in env.declared_kinds() if kind is not result.kind]
+        self.new.update(again)
+        return again
 
     def known(self, env_ids: Iterable[str]) -> list[Environment]:
         """The environments of ``env_ids`` the fleet still has, by id."""

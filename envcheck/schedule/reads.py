@@ -38,11 +38,11 @@ def unassessed_env_ids(store: Store) -> set[str]:
 
 
 def latest_outcomes(store: Store) -> list[Any]:
-    """(env_id, kind, status, started_at) of the latest result of every environment and
-    kind (by started_at, then id)."""
+    """(env_id, kind, status, started_at, image_digest) of the latest result of every
+    environment and kind (by started_at, then id)."""
     rank = func.row_number().over(partition_by=(RESULTS.c.env_id, RESULTS.c.kind),
                                   order_by=(RESULTS.c.started_at.desc(), RESULTS.c.id.desc()))
-    names = ("env_id", "kind", "status", "started_at")
+    names = ("env_id", "kind", "status", "started_at", "image_digest")
     ranked = sa_select(*(RESULTS.c[n] for n in names), rank.label("rank")).subquery()
     return _rows(store, sa_select(*(ranked.c[n] for n in names)).where(ranked.c.rank == 1))
 

@@ -9,6 +9,9 @@ queued) and competes again, re-ranked, every few seconds and whenever a probe en
 **Urgent** work (:meth:`Workers.urgent`: what the training run's rollouts asked for) goes
 ahead of everything and past the budget: queued work is promoted in place, and work running
 when it is asked for runs once more when it ends (its result began before the question).
+
+**Overload** (:mod:`.overload`): within a priority the oldest evidence, in its own intervals,
+goes first; the queue is ranked anew every so often, so waiting work ages and rises.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
-from envcheck.schedule.budget import URGENT, Budget, BudgetLimits, BudgetLine
+from envcheck.schedule.budget import NEW, URGENT, Budget, BudgetLimits, BudgetLine
 from envcheck.schedule.ledger import Ledger
+from envcheck.schedule.overload import Overload
 from envcheck.schedule.windows import Windows
 from envcheck.schedule.workqueue import Key, Work, WorkQueue
 from envcheck.store.pending import PendingWrites
@@ -51,6 +55,11 @@ class SchedulerStats:
     deferred_total: int = 0  # probes the budget deferred at least once, since start
     # the fleet's budget line, then each suite's with a budget: refreshed as work moves
     budget: tuple[BudgetLine, ...] = ()
+    # overload: time since the previous result over the interval, of the recent probes; the
+    # queued work that waited past its interval, and the longest wait since due
+    stretches: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    backlog: int = 0
+    oldest_wait_s: float = 0.0
 
 
 class Workers:
@@ -77,8 +86,11 @@ class Workers:
         self._budget = Budget(budget)
         self._budget_freed = False  # a probe ended since deferred work last looked
         self._released_at = float("-inf")  # monotonic
-        self._again: set[Key] = set()  # urgent while running: queued again when it ends
-        self.stats = SchedulerStats()
+        # asked for while running (urgent, or a new digest): queued again, at this priority,
+        # when it ends
+        self._again: dict[Key, int] = {}
+        self._overload = Overload(ledger)
+        self.stats = SchedulerStats(stretches=self._overload.stretches)
         self._note_budget(time.time())
 
     def start(self) -> None:
@@ -107,9 +119,10 @@ class Workers:
     def due(self, env_id: str, kind: ProbeKind, due: float | None = None) -> bool:
         now = time.time()
         with self._lock:
+            due = now if due is None else due
             if self._stopping.is_set() or env_id not in self._ledger.envs or not self._queue.put(
-                    self._ledger.priority(env_id, kind, now), now if due is None else due,
-                    env_id, kind):
+                    self._overload.priority(env_id, kind, now), due, env_id, kind,
+                    self._overload.rank(env_id, kind, due, now)):
                 return False
             self.stats.queued = self._queue.queued
             self._work_ready.notify()
@@ -126,10 +139,23 @@ class Workers:
             if key not in self._queue:
                 self._queue.put(URGENT, time.time(), env_id, kind)
             elif not self._queue.promote(key, URGENT):
-                self._again.add(key)  # running: its result began before the question
+                self._again[key] = URGENT  # running: its result began before the question
             self.stats.queued = self._queue.queued
             self._work_ready.notify()
         return True
+
+    def _new_digest(self, key: Key) -> None:
+        """(holding the lock) A kind of an environment whose image digest just changed:
+        validated at once, as new work, ahead of routine work and within the budget; if it
+        runs now, once more when it ends (its result is of the image before)."""
+        if self._stopping.is_set():
+            return
+        if key not in self._queue:
+            self._queue.put(NEW, time.time(), *key)
+        elif not self._queue.promote(key, NEW):
+            self._again.setdefault(key, NEW)
+        self.stats.queued = self._queue.queued
+        self._work_ready.notify()
 
     # --- the budget (call holding the lock) -----------------------------------------------
 
@@ -150,7 +176,7 @@ class Workers:
             return
         self._released_at, self._budget_freed = now, False
         at = time.time()
-        self._queue.release_deferred(lambda w: self._ledger.priority(w.env_id, w.kind, at))
+        self._queue.release_deferred(lambda w: self._overload.priority(w.env_id, w.kind, at))
 
     def _note_budget(self, now: float) -> None:
         backlog: dict[str, int] = {}
@@ -160,10 +186,16 @@ class Workers:
         self.stats.budget = self._budget.lines(now, backlog)
         self.stats.deferred_total = self._queue.deferred_total
 
+    def _note_backlog(self) -> None:
+        self.stats.backlog = self._overload.backlog.count
+        self.stats.oldest_wait_s = self._overload.backlog.oldest_wait_s
+
     def report_budget(self) -> None:
         """Say what the budget could not afford, once a window, while it cannot."""
         with self._lock:
             self._note_budget(time.time())
+            self._overload.measure(self._queue, time.time())
+            self._note_backlog()
             lines = self.stats.budget
         fleet = lines[0] if lines else None
         if fleet is None or not fleet.backlog:
@@ -186,6 +218,8 @@ class Workers:
                     if self._stopping.is_set():
                         return
                     self._release_deferred()
+                    if self._overload.tick(self._queue, time.time()):
+                        self._note_backlog()
                     picked = self._queue.take(self._ledger.envs.get, afford)
                     if picked is None:
                         self._note_budget(time.time())
@@ -193,6 +227,7 @@ class Workers:
                         self._work_ready.wait(BUDGET_RETRY_S if self._queue.deferred_count
                                               else None)
                 work, env = picked
+                self._overload.started(work, time.time())
                 self._ledger.urgent.discard(work.key)  # started: what was asked for runs
                 estimate = self._ledger.estimate(work.key)
                 self._budget.start(env.suite, estimate)
@@ -208,10 +243,9 @@ class Workers:
                     self._budget.end(env.suite, estimate)
                     self._budget_freed = True  # deferred work may fit now
                     self._queue.done(work, env)
-                    if work.key in self._again:
-                        self._again.discard(work.key)
-                        if not self._stopping.is_set():
-                            self._queue.put(URGENT, time.time(), *work.key)
+                    again = self._again.pop(work.key, None)
+                    if again is not None and not self._stopping.is_set():
+                        self._queue.put(again, time.time(), *work.key)
                     self.stats.completed += 1
                     self.stats.queued, self.stats.running = (self._queue.queued,
                                                              self._queue.running)
@@ -233,7 +267,8 @@ class Workers:
             run_id = self._windows.run_of(window)
             result_id = self._writes.record(run_id, result)  # None: held
             with self._lock:
-                self._ledger.note(result, window.before)
+                for key in self._ledger.note(result, window.before):
+                    self._new_digest(key)
                 now = time.time()
                 self._budget.charge(self._ledger.suite(result.env_id), result.duration_s, now)
                 self._note_budget(now)

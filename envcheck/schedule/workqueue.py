@@ -2,7 +2,9 @@
 
 Bookkeeping only, no threads and no lock of its own: the scheduler calls it holding its lock.
 
-- **Order**: by priority (lower first), then by when the work was due, then first come.
+- **Order**: by priority (lower first), then by rank (lower first: the caller's, by default
+  when the work was due; the scheduler's is when its evidence runs out, :mod:`.overload`),
+  then first come. ``rerank`` gives every queued work a new priority and rank at once.
 - **Per image**: work whose image already runs ``per_image`` sandboxes is set aside and the
   next best work runs instead, so one busy image never idles a worker; when a sandbox of the
   image ends, its best waiting work goes back into the running.
@@ -11,7 +13,10 @@ Bookkeeping only, no threads and no lock of its own: the scheduler calls it hold
   probe's cost is the environment's alone): it waits until the environment's other work
   ends, and the environment's other work waits while it runs or waits.
 - **Dedupe**: an (environment, kind) already queued or running is refused; queued work can
-  be promoted to a better priority in place (``promote``).
+  be promoted to a better priority in place (``promote``). So the queue never holds more
+  than one work per (environment, kind): however long the overload, its length is bounded
+  by the fleet's jobs (``put`` is the only way in, and it checks ``_busy``, which holds
+  every key queued or running until ``done`` or a drop).
 - **Budget**: work the caller cannot afford now (``take``'s ``afford``) is set aside as
   deferred, still queued (so its next due time is refused too: it is probed less often), and
   goes back, re-ranked, when the caller says the budget has room again (``release_deferred``).
@@ -35,10 +40,11 @@ Key = tuple[str, ProbeKind]
 @dataclass(order=True, frozen=True)
 class Work:
     priority: int
-    due: float  # wall clock (epoch seconds) when it was due
+    rank: float  # within a priority, lower first (by default: when it was due)
     seq: int  # first come, first served among equals
     env_id: str = field(compare=False)
     kind: ProbeKind = field(compare=False)
+    due: float = field(default=0.0, compare=False)  # wall clock (epoch seconds) when it was due
 
     @property
     def key(self) -> Key:
@@ -65,12 +71,15 @@ class WorkQueue:
     def __contains__(self, key: Key) -> bool:
         return key in self._busy
 
-    def put(self, priority: int, due: float, env_id: str, kind: ProbeKind) -> bool:
-        """Queue the work; False if this (environment, kind) is already queued or running."""
+    def put(self, priority: int, due: float, env_id: str, kind: ProbeKind,
+            rank: float | None = None) -> bool:
+        """Queue the work (ranked by ``rank``, or by ``due`` if not given); False if this
+        (environment, kind) is already queued or running."""
         if (env_id, kind) in self._busy:
             return False
         self._busy.add((env_id, kind))
-        heapq.heappush(self._pending, Work(priority, due, next(self._seq), env_id, kind))
+        heapq.heappush(self._pending, Work(priority, due if rank is None else rank,
+                                           next(self._seq), env_id, kind, due))
         self.queued += 1
         return True
 
@@ -104,6 +113,25 @@ class WorkQueue:
     @property
     def deferred_count(self) -> int:
         return len(self._deferred)
+
+    def waiting(self) -> list[Work]:
+        """Every queued work, whatever it waits for, in no order."""
+        return [*self._pending, *itertools.chain.from_iterable(self._blocked.values()),
+                *itertools.chain.from_iterable(self._held.values()), *self._deferred]
+
+    def rerank(self, rank: Callable[[Work], tuple[int, float]]) -> int:
+        """Every queued work gets the (priority, rank) ``rank`` gives it now, and each waiting
+        heap is rebuilt (one pass: O(queued)); how many were ranked."""
+        def again(heap: list[Work]) -> list[Work]:
+            out = [replace(w, priority=p, rank=r) for w in heap for p, r in (rank(w),)]
+            heapq.heapify(out)
+            return out
+
+        self._pending = again(self._pending)
+        self._blocked = {name: again(heap) for name, heap in self._blocked.items()}
+        self._held = {name: again(heap) for name, heap in self._held.items()}
+        self._deferred = again(self._deferred)
+        return self.queued
 
     def take(self, resolve: Callable[[str], Environment | None],
              afford: Callable[[Work, Environment], bool] | None = None
@@ -175,8 +203,7 @@ class WorkQueue:
 
     def clear(self) -> int:
         """Drop every queued work (running work stays counted); how many were dropped."""
-        dropped = [*self._pending, *itertools.chain.from_iterable(self._blocked.values()),
-                   *itertools.chain.from_iterable(self._held.values()), *self._deferred]
+        dropped = self.waiting()
         self._pending.clear()
         self._blocked.clear()
         self._held.clear()

@@ -42,6 +42,7 @@ _SHOWN = 4  # items named in a summary; all are in details
 
 class DependenciesProbe(Probe):
     kind = ProbeKind.DEPENDENCIES
+    reusable = True  # installed packages and imports are the image's
 
     def check(self, ctx: ProbeContext) -> Verdict:
         env = ctx.env
