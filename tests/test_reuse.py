@@ -37,7 +37,7 @@ def health(state: EnvState = EnvState.HEALTHY, full_ago_s: float | None = 3600.0
 
 
 def test_healthy_recent_evidence_is_reused_for_its_identity_only() -> None:
-    advice = advise_reuse(DAY, health(), quarantined=False, now=NOW)
+    advice = advise_reuse(DAY, health(), now=NOW)
     assert advice.depth is Depth.REUSED and advice.proven
     assert (advice.image_digest, advice.spec_hash) == ("sha256:a", "s1")
     assert "1.0h ago" in advice.why
@@ -50,31 +50,29 @@ def test_healthy_recent_evidence_is_reused_for_its_identity_only() -> None:
     assert respec.depth is Depth.FULL and respec.why.startswith("new spec")
 
 
-@pytest.mark.parametrize(("every", "kind_health", "quarantined", "rollouts", "why"), [
-    (None, health(), False, None, "full every time (reprove_every: null)"),
-    (DAY, None, False, None, "no evidence yet"),
-    (DAY, health(full_ago_s=DAY + 1), False, None, "re-proved every 1.0d"),
-    (DAY, health(full_ago_s=None), False, None, "no full probe of this identity"),
-    (DAY, health(EnvState.DEGRADED), False, None, "suspect: degraded"),
-    (DAY, health(EnvState.BROKEN), False, None, "suspect: broken"),
-    (DAY, health(), True, None, "quarantined"),
-    (DAY, health(digest=None), False, None, "no image digest"),
-    (DAY, health(), False, RolloutHealth(EnvState.FLAKY, True, "sha256:a", 40, 12, 28, 0.02,
+@pytest.mark.parametrize(("every", "kind_health", "rollouts", "why"), [
+    (None, health(), None, "full every time (reprove_every: null)"),
+    (DAY, None, None, "no evidence yet"),
+    (DAY, health(full_ago_s=DAY + 1), None, "re-proved every 1.0d"),
+    (DAY, health(full_ago_s=None), None, "no full probe of this identity"),
+    (DAY, health(EnvState.DEGRADED), None, "suspect: degraded"),
+    (DAY, health(EnvState.BROKEN), None, "suspect: broken"),
+    (DAY, health(digest=None), None, "no image digest"),
+    (DAY, health(), RolloutHealth(EnvState.FLAKY, True, "sha256:a", 40, 12, 28, 0.02,
                                          3.5), "rollout failures: "),
 ])
 def test_anything_but_recent_healthy_evidence_is_a_full_probe(
-        every: float | None, kind_health: KindHealth | None, quarantined: bool,
-        rollouts: RolloutHealth | None, why: str) -> None:
-    advice = advise_reuse(every, kind_health, quarantined=quarantined, now=NOW,
-                          rollouts=rollouts)
+        every: float | None, kind_health: KindHealth | None, rollouts: RolloutHealth | None,
+        why: str) -> None:
+    advice = advise_reuse(every, kind_health, now=NOW, rollouts=rollouts)
     assert advice.depth is Depth.FULL
     assert advice.why.startswith(why), advice.why
 
 
 def test_a_full_advice_says_whether_its_identity_was_proven() -> None:
     # a periodic re-proof of a healthy identity: a slow host there is the host's
-    assert advise_reuse(DAY, health(full_ago_s=2 * DAY), quarantined=False, now=NOW).proven
-    assert not advise_reuse(DAY, health(EnvState.BROKEN), quarantined=False, now=NOW).proven
+    assert advise_reuse(DAY, health(full_ago_s=2 * DAY), now=NOW).proven
+    assert not advise_reuse(DAY, health(EnvState.BROKEN), now=NOW).proven
 
 
 def test_a_reused_result_holds_no_run_and_moves_nothing() -> None:
@@ -222,7 +220,7 @@ def test_a_full_probe_stays_the_evidence_however_many_identity_checks_follow(
         assert kind.state is EnvState.HEALTHY and kind.full_at == NOW
         assert (kind.passes, kind.failures) == (0, 0)  # identity checks hold no run
         later = NOW + timedelta(hours=20)
-        assert advise_reuse(DAY, kind, quarantined=False, now=later).depth is Depth.REUSED
+        assert advise_reuse(DAY, kind, now=later).depth is Depth.REUSED
         # another digest behind the tag: nothing of the old full probe carries over
         rebuilt = NOW + timedelta(days=2)
         store.record(run_id, ProbeResult(env.id, T, Status.PASS, Reason.OK, "ok", 0.5,

@@ -1,6 +1,6 @@
 """The reuse advice for an environment's next probe of a kind whose outcome is a property of
 the image (``health.reuse``), from what the store holds: the kind as the health model last
-assessed it (``env_state.kinds``), the quarantine and the rollout evidence. The composition
+assessed it (``env_state.kinds``) and the rollout evidence. The composition
 root hands :meth:`StoreReuse.advice` to the probes (``kinds.reuse.ReuseAdvisor``); the Ray
 executor calls it in the caller and sends the advice with the task.
 
@@ -69,9 +69,8 @@ class StoreReuse:
         row = self._store.env_state(env.id)
         doc = (row.kinds or {}).get(str(kind)) if row is not None else None
         health = KindHealth.from_json(str(kind), doc) if doc else None
-        advice = advise_reuse(env.reprove_every.every(kind), health,
-                              quarantined=bool(row is not None and row.quarantined),
-                              now=self._clock.now(), rollouts=stored_rollouts(row))
+        advice = advise_reuse(env.reprove_every.every(kind), health, now=self._clock.now(),
+                              rollouts=stored_rollouts(row))
         if kind is not ProbeKind.TERMINAL or self._samples is None:
             return advice
         if advice.depth is not Depth.REUSED:

@@ -10,9 +10,12 @@ image is on the host; no container) when all of these hold:
 
 - the catalogue lets the kind reuse (``reprove_every.<kind>`` is not null);
 - the kind is healthy for its current identity (unknown, degraded, flaky or broken: full);
-- the environment is not quarantined, and the training run's rollouts do not flag it;
+- the training run's rollouts do not flag the environment (their escalation wants proof);
 - its newest full validation is younger than ``reprove_every``.
 
+A quarantine by itself does not make the probe full: an environment quarantined for its tests
+keeps a terminal and dependencies that are healthy for its image (a kind that failed is not
+healthy, and is probed in full), and its release is earned by its own kind's clean probes.
 Anything else is a full probe, and a probe that finds another digest or spec than the advice
 is for validates in full at once (``DepthAdvice.for_identity``). A full advice for a proven
 identity says so (``proven``): a slow start or shell there is the host's, not the image's.
@@ -31,8 +34,8 @@ from envcheck.health.sprt import KindHealth
 __all__ = ["advise_reuse"]
 
 
-def advise_reuse(every_s: float | None, health: KindHealth | None, *, quarantined: bool,
-                 now: datetime, rollouts: RolloutHealth | None = None) -> DepthAdvice:
+def advise_reuse(every_s: float | None, health: KindHealth | None, *, now: datetime,
+                 rollouts: RolloutHealth | None = None) -> DepthAdvice:
     """How the next probe of a kind goes. ``every_s``: the catalogue's ``reprove_every`` for
     it (None: never reused); ``health``: the kind as last assessed (None: never)."""
     if every_s is None:
@@ -47,8 +50,6 @@ def advise_reuse(every_s: float | None, health: KindHealth | None, *, quarantine
 
     if rollouts is not None and rollouts.flagged:
         return full(f"rollout failures: {rollouts.detail}")
-    if quarantined:
-        return full("quarantined")
     if health.state is not EnvState.HEALTHY:
         return full(f"suspect: {health.state} ({health.reason})")
     if health.full_at is None:

@@ -89,6 +89,7 @@ class Workers:
         # asked for while running (urgent, or a new digest): queued again, at this priority,
         # when it ends
         self._again: dict[Key, int] = {}
+        self._started: dict[Key, float] = {}  # work running now: when it began (epoch)
         self._overload = Overload(ledger)
         self.stats = SchedulerStats(stretches=self._overload.stretches)
         self._note_budget(time.time())
@@ -144,15 +145,16 @@ class Workers:
             self._work_ready.notify()
         return True
 
-    def _new_digest(self, key: Key) -> None:
-        """(holding the lock) A kind of an environment whose image digest just changed:
-        validated at once, as new work, ahead of routine work and within the budget; if it
-        runs now, once more when it ends (its result is of the image before)."""
+    def _new_digest(self, key: Key, found_at: float) -> None:
+        """(holding the lock) A kind of an environment whose image digest a probe that began
+        at ``found_at`` found changed: validated at once, as new work, ahead of routine work
+        and within the budget; if it runs now, once more when it ends, unless it began after
+        that probe (it looked the digest up later: it validates the new image already)."""
         if self._stopping.is_set():
             return
         if key not in self._queue:
             self._queue.put(NEW, time.time(), *key)
-        elif not self._queue.promote(key, NEW):
+        elif not self._queue.promote(key, NEW) and self._started.get(key, 0.0) < found_at:
             self._again.setdefault(key, NEW)
         self.stats.queued = self._queue.queued
         self._work_ready.notify()
@@ -227,6 +229,7 @@ class Workers:
                         self._work_ready.wait(BUDGET_RETRY_S if self._queue.deferred_count
                                               else None)
                 work, env = picked
+                self._started[work.key] = time.time()
                 self._overload.started(work, time.time())
                 self._ledger.urgent.discard(work.key)  # started: what was asked for runs
                 estimate = self._ledger.estimate(work.key)
@@ -243,6 +246,7 @@ class Workers:
                     self._budget.end(env.suite, estimate)
                     self._budget_freed = True  # deferred work may fit now
                     self._queue.done(work, env)
+                    self._started.pop(work.key, None)
                     again = self._again.pop(work.key, None)
                     if again is not None and not self._stopping.is_set():
                         self._queue.put(again, time.time(), *work.key)
@@ -267,8 +271,9 @@ class Workers:
             run_id = self._windows.run_of(window)
             result_id = self._writes.record(run_id, result)  # None: held
             with self._lock:
+                found_at = result.started_at.timestamp()
                 for key in self._ledger.note(result, window.before):
-                    self._new_digest(key)
+                    self._new_digest(key, found_at)
                 now = time.time()
                 self._budget.charge(self._ledger.suite(result.env_id), result.duration_s, now)
                 self._note_budget(now)
