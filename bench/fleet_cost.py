@@ -16,7 +16,7 @@ tests are healthy, flaky or broken as in bench/adaptive.py, its terminal and dep
 always pass. Costs: a full terminal or dependencies probe is one container for 1 s; an
 identity check 0.02 s and none; a tests probe one container per run (30-120 s each, per
 environment), the negative control, the reruns and the confirmations as bench/adaptive.py
-counts them. ``--workers`` sandbox slots (default one per 40 environments: 250 at 10,000, a
+counts them. ``--workers`` sandbox slots (default one per 30 environments: 333 at 10,000, a
 Ray cluster's worth), optionally under a fleet ``--budget`` of sandbox-seconds per hour.
 
 Policies, side by side on the same fleet: ``today`` (``reprove_every: null``: every terminal
@@ -45,8 +45,17 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from common import percentile
-from fleetsim import DAY, HOUR, KINDS, POLICIES, TERMINAL, Simulation, Tally, environments, \
-    make_fleet
+from fleetsim import (
+    DAY,
+    HOUR,
+    KINDS,
+    POLICIES,
+    TERMINAL,
+    Simulation,
+    Tally,
+    environments,
+    make_fleet,
+)
 
 from envcheck.catalogue.models import Schedules
 
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--digest-mean-days", type=float, default=30.0,
                         help="mean days between an environment's digest changes (Poisson)")
     parser.add_argument("--workers", type=int, default=None,
-                        help="sandbox slots (default: one per 40 environments, at least 8)")
+                        help="sandbox slots (default: one per 30 environments, at least 8)")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="a fleet budget in sandbox-seconds per hour (default: none)")
     parser.add_argument("--host-sample-every", type=float, default=600.0, metavar="SECONDS",
@@ -192,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, metavar="OUT")
     args = parser.parse_args(argv)
     if args.workers is None:
-        args.workers = max(args.envs // 40, 8)
+        args.workers = max(args.envs // 30, 8)
     names = [n for n in args.policies.split(",") if n]
     print(f"{args.envs} environments, {args.days} days (figures after day {args.warmup_days}), "
           f"{args.workers} worker slots, budget {args.budget or 'none'}, digests every "

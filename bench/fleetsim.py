@@ -374,4 +374,4 @@ def _why(text: str) -> str:
                  "no evidence", "no full probe", "suspect", "full every time"):
         if text.startswith(head):
             return head
-    return text.split(":")[0]
+    return text.split(":", maxsplit=1)[0]
