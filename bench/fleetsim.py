@@ -153,6 +153,7 @@ class Tally:
     containers: dict[ProbeKind, list[int]]  # per kind, per day
     sandbox_s: dict[ProbeKind, list[float]]
     identity: list[int]  # identity checks per day
+    max_lag_s: dict[ProbeKind, float] = field(default_factory=dict)  # due to started
     probes: int = 0
     busy_s: float = 0.0  # worker slots busy, identity checks included
     tests_full_on_new: int = 0  # tests probes in full queued by a new digest
@@ -300,6 +301,9 @@ class Simulation:
         tally = self.tally
         tally.probes += 1
         tally.busy_s += duration
+        lag = t + E0 - work.due
+        if lag > tally.max_lag_s.get(kind, 0.0):
+            tally.max_lag_s[kind] = lag
         if containers:
             tally.containers[kind][day] += containers
             tally.sandbox_s[kind][day] += duration
