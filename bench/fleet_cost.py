@@ -86,6 +86,7 @@ def report(sim: Simulation, tally: Tally, days: int, warmup: int) -> dict[str, A
     validated = [d.validated_at - d.start for d in changes if d.validated_at is not None]
     broken = [d for d in changes if d.kind == "broken"]
     caught = [d.quarantined_at - d.start for d in broken if d.quarantined_at is not None]
+    failed = [d.failed_at - d.start for d in broken if d.failed_at is not None]
     return {
         "envs": n, "workers": sim.workers, "days": days, "warmup_days": warmup,
         "starts_per_env_day": starts,
@@ -99,8 +100,10 @@ def report(sim: Simulation, tally: Tally, days: int, warmup: int) -> dict[str, A
         "validate_min": _stats(validated, 60.0), "unvalidated": len(changes) - len(validated),
         "tests_full_after_change": sum(TESTS_KIND in d.full for d in changes),
         "broken_changes": len(broken), "broken_to_quarantine_h": _stats(caught, HOUR),
+        "broken_to_first_fail_h": _stats(failed, HOUR),
         "broken_not_quarantined": len(broken) - len(caught),
         "tests_queued_on_new_digest": tally.tests_full_on_new,
+        "again_same_digest": tally.again_same_digest,
         "read_only_full_why_per_env_day": {k: v / env_days for k, v in sorted(
             tally.why_full.items(), key=lambda kv: -kv[1])},
         "probes": tally.probes,
@@ -169,10 +172,15 @@ def show(results: dict[str, dict[str, Any]]) -> None:
         target=f"<= {TARGET_VALID_P95_S / 60:g}")
     row("  never fully validated (replaced first)", lambda r: r["unvalidated"], "d")
     row("  changes with a full tests probe", lambda r: r["tests_full_after_change"], "d")
+    row("broken digest -> its first failing tests result, median (h)",
+        lambda r: r["broken_to_first_fail_h"]["median"])
+    row("broken digest -> its first failing tests result, p95 (h)",
+        lambda r: r["broken_to_first_fail_h"]["p95"])
     row("broken digest -> quarantine, median (h)",
         lambda r: r["broken_to_quarantine_h"]["median"])
     row("broken digest -> quarantine, p95 (h)", lambda r: r["broken_to_quarantine_h"]["p95"])
     row("  broken not quarantined", lambda r: r["broken_not_quarantined"], "d")
+    row("probes run again for a digest they had found", lambda r: r["again_same_digest"], "d")
     width = max(len(label) for label, _, _ in rows)
     head = [*names, *(["ratio"] if len(names) == 2 else [])]
     print(f"{'':<{width}}  " + "".join(f"{h:>11}" for h in head) + "   target")

@@ -79,6 +79,7 @@ class Digest:
     detected_at: float | None = None  # its first result
     validated_at: float | None = None  # every declared kind has a full result of it
     quarantined_at: float | None = None
+    failed_at: float | None = None  # its first failing tests result (degraded)
     full: set[ProbeKind] = field(default_factory=set)
 
 
@@ -157,6 +158,9 @@ class Tally:
     probes: int = 0
     busy_s: float = 0.0  # worker slots busy, identity checks included
     tests_full_on_new: int = 0  # tests probes in full queued by a new digest
+    # new-digest work asked for while that kind ran, queued again when it ended although
+    # the running probe had started on the new digest already (its result is of it)
+    again_same_digest: int = 0
     # full terminal and dependencies probes after the warm-up, by why the advice gave
     why_full: dict[str, int] = field(default_factory=dict)
 
@@ -189,6 +193,7 @@ class Simulation:
         self.settings = AdaptiveDepth()
         self.free = self.workers = workers
         self.again: dict[tuple[str, ProbeKind], int] = {}
+        self.running: dict[tuple[str, ProbeKind], str] = {}  # the digest each probe found
         self.events: list[tuple[float, int, int, object]] = []
         self.seq = itertools.count()
         self.released_at = float("-inf")
@@ -309,6 +314,7 @@ class Simulation:
             tally.sandbox_s[kind][day] += duration
         else:
             tally.identity[day] += 1
+        self.running[work.key] = digest.name
         self.push(t + duration, _DONE, Running(work, sim, digest, result, estimate, full))
 
     def done(self, t: float, run: Running) -> None:
@@ -324,6 +330,7 @@ class Simulation:
             self.budget.charge(sim.env.suite, result.duration_s, t)
             self.budget.end(sim.env.suite, run.estimate)
         self.queue.done(run.work, sim.env)
+        del self.running[key]
         self.free += 1
         again = self.again.pop(key, None)
         if again is not None:
@@ -336,6 +343,8 @@ class Simulation:
             self.queue.put(NEW, E0 + t, *key)
         elif not self.queue.promote(key, NEW):
             self.again.setdefault(key, NEW)
+            if self.running.get(key) == self.ledger.digests[key[0]][0]:
+                self.tally.again_same_digest += 1
         if key[1] is TESTS:
             self.tally.tests_full_on_new += 1
 
@@ -359,6 +368,8 @@ class Simulation:
         health = sim.health[kind] = assess_kind(kind, history)
         if kind is not TESTS:
             return
+        if result.status is not Status.PASS and digest.failed_at is None:
+            digest.failed_at = t
         entry, _ = decide(sim.entry, sim.state,
                           EnvHealth(sim.env.id, health.state, {TESTS: health}), self.clock.now())
         sim.entry, sim.state = entry, health.state
