@@ -114,7 +114,7 @@ TESTS_KIND = KINDS[2]
 
 
 def simulate(args: argparse.Namespace, name: str) -> dict[str, Any]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     fleet = make_fleet(environments(args.envs), args.days, args.digest_mean_days * DAY,
                        args.seed)
     sim = Simulation(fleet, args.days, POLICIES[name], workers=args.workers,
@@ -123,6 +123,8 @@ def simulate(args: argparse.Namespace, name: str) -> dict[str, Any]:
     tally = sim.run()
     out = report(sim, tally, int(args.days), args.warmup_days)
     out["wall_s"] = round(time.perf_counter() - started, 1)
+    out["cpu_s"] = round(time.process_time() - cpu, 1)
+    out["cpu_us_per_probe"] = round(out["cpu_s"] / max(tally.probes, 1) * 1e6, 1)
     return out
 
 
@@ -225,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     show(results)
-    print("(" + ", ".join(f"{n}: {r['wall_s']} s to simulate" for n, r in results.items())
-          + ")")
+    print("(" + ", ".join(f"{n}: {r['wall_s']} s to simulate, {r['cpu_s']} s of CPU, "
+                          f"{r['cpu_us_per_probe']} us a probe" for n, r in results.items()) + ")")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"args": vars(args), **results}, f, indent=2)
