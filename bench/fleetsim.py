@@ -49,6 +49,11 @@ TERMINAL, DEPS, TESTS = ProbeKind.TERMINAL, ProbeKind.DEPENDENCIES, ProbeKind.TE
 KINDS = (TERMINAL, DEPS, TESTS)
 FULL_S = {TERMINAL: 1.0, DEPS: 1.0}  # one container, its start and its commands
 IDENTITY_S = 0.02  # the tag's digest resolved, the image inspected: no container
+# A quarantined environment's terminal probes run in full every 20 min for as long as the
+# quarantine lasts: re-assessing that whole history at each would be quadratic. They always
+# pass here, and the SPRT is bounded, so the tail decides the same state, identity and newest
+# full probe, all advise_reuse reads (the test checks it).
+TAIL = 64
 _DONE, _DUE, _RETRY = 0, 1, 2  # at one instant, results first
 RETRY_S = 5.0  # deferred work looks at the budget again (schedule.workers.BUDGET_RETRY_S)
 
@@ -365,6 +370,8 @@ class Simulation:
         history.append(Observation(result.status, str(result.reason), result.started_at,
                                    result.image_digest, result.spec_hash, "r", None,
                                    count.runs, count.failed, count.depth))
+        if kind is not TESTS and len(history) > TAIL:
+            del history[:-TAIL]  # see TAIL
         health = sim.health[kind] = assess_kind(kind, history)
         if kind is not TESTS:
             return

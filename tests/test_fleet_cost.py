@@ -25,6 +25,7 @@ from fleetsim import (
     DAY,
     REUSE,
     T0,
+    TAIL,
     TERMINAL,
     TESTS,
     TODAY,
@@ -106,3 +107,12 @@ def test_a_reused_result_changes_no_assessment() -> None:
                 alone.clean_since, alone.llr) == (mixed.state, mixed.identity, mixed.full_at,
                                                   mixed.clean_runs, mixed.clean_since,
                                                   mixed.llr)
+
+
+def test_the_tail_of_a_clean_history_advises_as_the_whole() -> None:
+    """Why the simulation keeps the last TAIL terminal and dependencies results only."""
+    whole = [Observation(Status.PASS, "ok", T0 + timedelta(minutes=20 * i), "sha256:a", "spec",
+                         "r", None, 1, 0, Depth.FULL) for i in range(TAIL * 5)]
+    alone, tail = assess_kind(TERMINAL, whole), assess_kind(TERMINAL, whole[-TAIL:])
+    assert (alone.state, alone.identity, alone.full_at, alone.llr) == (
+        tail.state, tail.identity, tail.full_at, tail.llr)
