@@ -182,7 +182,8 @@ def show(results: dict[str, dict[str, Any]]) -> None:
         lambda r: r["broken_to_quarantine_h"]["median"])
     row("broken digest -> quarantine, p95 (h)", lambda r: r["broken_to_quarantine_h"]["p95"])
     row("  broken not quarantined", lambda r: r["broken_not_quarantined"], "d")
-    row("probes run again for a digest they had found", lambda r: r["again_same_digest"], "d")
+    row("running probes not run again (they had found the new digest)",
+        lambda r: r["again_same_digest"], "d")
     width = max(len(label) for label, _, _ in rows)
     head = [*names, *(["ratio"] if len(names) == 2 else [])]
     print(f"{'':<{width}}  " + "".join(f"{h:>11}" for h in head) + "   target")

@@ -63,15 +63,11 @@ class Policy:
     name: str
     reuse: bool  # reprove_every as the catalogue says (else null: every probe full)
     queue_new: bool  # act on Ledger.note's new-digest keys (Workers._new_digest)
-    # a quarantine makes terminal and dependencies probes full (health.reuse, as it is);
-    # False: only the kind's own state does (a what-if, not envcheck's code)
-    quarantine_full: bool = True
 
 
 TODAY = Policy("today", reuse=False, queue_new=False)
 REUSE = Policy("reuse", reuse=True, queue_new=True)
-REUSE_OWN = Policy("reuse-own", reuse=True, queue_new=True, quarantine_full=False)
-POLICIES = {p.name: p for p in (TODAY, REUSE, REUSE_OWN)}
+POLICIES = {p.name: p for p in (TODAY, REUSE)}
 
 
 @dataclass
@@ -267,8 +263,7 @@ class Simulation:
     def reuse_advice(self, sim: SimEnv, kind: ProbeKind, now: datetime) -> DepthAdvice:
         """feed.reuse.StoreReuse.advice over the cached assessment, not the store."""
         every = sim.env.reprove_every.every(kind) if self.policy.reuse else None
-        quarantined = sim.entry is not None and self.policy.quarantine_full
-        advice = advise_reuse(every, sim.health.get(kind), quarantined=quarantined, now=now)
+        advice = advise_reuse(every, sim.health.get(kind), now=now)
         if kind is not TERMINAL:
             return advice
         if advice.depth is not Depth.REUSED:
@@ -347,9 +342,12 @@ class Simulation:
         if key not in self.queue:
             self.queue.put(NEW, E0 + t, *key)
         elif not self.queue.promote(key, NEW):
-            self.again.setdefault(key, NEW)
+            # running: again only if it looked its digest up before the change (the real
+            # code tells by its start time; here the digest it found is known)
             if self.running.get(key) == self.ledger.digests[key[0]][0]:
-                self.tally.again_same_digest += 1
+                self.tally.again_same_digest += 1  # would have run twice before the fix
+            else:
+                self.again.setdefault(key, NEW)
         if key[1] is TESTS:
             self.tally.tests_full_on_new += 1
 
