@@ -263,17 +263,7 @@ class Simulation:
     def reuse_advice(self, sim: SimEnv, kind: ProbeKind, now: datetime) -> DepthAdvice:
         """feed.reuse.StoreReuse.advice over the cached assessment, not the store."""
         every = sim.env.reprove_every.every(kind) if self.policy.reuse else None
-        advice = advise_reuse(every, sim.health.get(kind), now=now)
-        if kind is not TERMINAL:
-            return advice
-        if advice.depth is not Depth.REUSED:
-            self.samples.measured()
-            return advice
-        sample = self.samples.take()
-        if sample is None:
-            return advice
-        return DepthAdvice(Depth.FULL, sample, advice.image_digest, advice.spec_hash,
-                           advice.full_at, advice.proven)
+        return self.samples.advise(kind, advise_reuse(every, sim.health.get(kind), now=now))
 
     def start(self, t: float, work: Work, sim: SimEnv, estimate: float) -> None:
         kind, digest = work.kind, sim.digest_at(t)

@@ -55,6 +55,20 @@ class HostSamples:
             self._last, self.taken = now, self.taken + 1
         return f"host sample: container start and shell latency (every {ago(self.every_s)})"
 
+    def advise(self, kind: ProbeKind, advice: DepthAdvice) -> DepthAdvice:
+        """``advice`` for a probe of ``kind``, or a full terminal probe if a host sample is
+        due instead of a reuse (a full one measures the host anyway: the period restarts)."""
+        if kind is not ProbeKind.TERMINAL:
+            return advice
+        if advice.depth is not Depth.REUSED:
+            self.measured()
+            return advice
+        sample = self.take()
+        if sample is None:
+            return advice
+        return DepthAdvice(Depth.FULL, sample, advice.image_digest, advice.spec_hash,
+                           advice.full_at, advice.proven)
+
 
 class StoreReuse:
     def __init__(self, store: Store, clock: Clock = SYSTEM_CLOCK,
@@ -71,13 +85,4 @@ class StoreReuse:
         health = KindHealth.from_json(str(kind), doc) if doc else None
         advice = advise_reuse(env.reprove_every.every(kind), health, now=self._clock.now(),
                               rollouts=stored_rollouts(row))
-        if kind is not ProbeKind.TERMINAL or self._samples is None:
-            return advice
-        if advice.depth is not Depth.REUSED:
-            self._samples.measured()
-            return advice
-        sample = self._samples.take()
-        if sample is None:
-            return advice
-        return DepthAdvice(Depth.FULL, sample, advice.image_digest, advice.spec_hash,
-                           advice.full_at, advice.proven)
+        return advice if self._samples is None else self._samples.advise(kind, advice)
