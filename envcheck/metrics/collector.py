@@ -246,9 +246,7 @@ class StoreMetrics(Collector):
                                 "Delay from due to started over the recent probes (p50, p95, max)",
                                 labels=["stat"])
         if lags:
-            for stat, q in (("p50", 0.5), ("p95", 0.95)):
-                lag.add_metric([stat], percentile(lags, q))
-            lag.add_metric(["max"], max(lags))
+            _spread(lag, lags)
         jobs = GaugeMetricFamily("envcheck_scheduled_jobs", "Scheduled (environment, kind) jobs")
         jobs.add_metric([], self._scheduler.job_count())
         writes = self._scheduler.writes
@@ -269,6 +267,13 @@ def _trick_lines(env_id: str, tricks: tuple[str, ...]) -> str:
                                {"env": env_id, "trick": trick}, 1.0) for trick in tricks)
 
 
+def _spread(family: GaugeMetricFamily, values: list[float]) -> None:
+    """p50, p95 and max of ``values`` as the family's ``stat`` samples."""
+    for stat, q in (("p50", 0.5), ("p95", 0.95)):
+        family.add_metric([stat], percentile(values, q))
+    family.add_metric(["max"], max(values))
+
+
 def _overload_families(stats: _Counters) -> Iterable[Metric]:
     """An overload (schedule/overload.py): how much the probing intervals stretch, and the
     work that waits past its interval."""
@@ -277,10 +282,7 @@ def _overload_families(stats: _Counters) -> Iterable[Metric]:
         "Effective probing interval over the configured one, over the recent probes (p50, "
         "p95, max): time since the previous result over the interval in force; 1 before any",
         labels=["stat"])
-    ratios = list(stats.stretches) or [1.0]
-    for stat, q in (("p50", 0.5), ("p95", 0.95)):
-        stretch.add_metric([stat], percentile(ratios, q))
-    stretch.add_metric(["max"], max(ratios))
+    _spread(stretch, list(stats.stretches) or [1.0])
     backlog = GaugeMetricFamily("envcheck_scheduler_backlog",
                                 "Queued probes that have waited longer than their interval "
                                 "(each missed a due time: the schedule stretches)")
