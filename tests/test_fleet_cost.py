@@ -18,21 +18,26 @@ from envcheck.core.results import ProbeKind, Status
 from envcheck.core.states import Observation
 from envcheck.health.sprt import assess_kind
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-
-from fleet_cost import report
-from fleetsim import (
-    DAY,
-    REUSE,
-    T0,
-    TAIL,
-    TERMINAL,
-    TESTS,
-    TODAY,
-    Simulation,
-    environments,
-    make_fleet,
-)
+# The benches import each other as scripts do, from their folder; it leaves sys.path again at
+# once, or its ``ray.py`` would stand in for the ray package in every later test module.
+BENCH = str(Path(__file__).resolve().parent.parent / "bench")
+sys.path.insert(0, BENCH)
+try:
+    from fleet_cost import report
+    from fleetsim import (
+        DAY,
+        REUSE,
+        T0,
+        TAIL,
+        TERMINAL,
+        TESTS,
+        TODAY,
+        Simulation,
+        environments,
+        make_fleet,
+    )
+finally:
+    sys.path.remove(BENCH)
 
 ENVS, DAYS = 50, 3
 Runs = dict[str, tuple[Simulation, dict[str, Any]]]
