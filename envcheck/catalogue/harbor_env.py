@@ -10,7 +10,10 @@ network and the tests probe's spec. A dataset loader calls :func:`harbor_parts` 
   spec; ``probe_s`` grows to fit the declared worst case of the whole protocol.
 - **Network**: ``none``, unless the task allows the internet (``allow_internet``, or
   ``network_mode`` public/allowlist) *and* the operator named a network for such tasks.
-- **Compose tasks and GPU tasks** carry an ``unsupported`` reason: the probe skips them.
+- **Compose tasks** (``environment/docker-compose.yaml``): the image is the agent service's,
+  built by the tests probe like a Dockerfile task's, tagged by the hash of ``environment/``;
+  every run brings the task's services up (:mod:`envcheck.sandbox.compose`).
+- **GPU tasks** carry an ``unsupported`` reason: the probe skips them.
 """
 
 from __future__ import annotations
@@ -77,17 +80,15 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
                                              "environment.cpus", f"{env.cpus} is more than "
                                              f"envcheck's sandbox limit of {_MAX_CPUS}")])
     unsupported = None
-    if task.kind == "compose":
-        unsupported = ("environment/docker-compose.yaml: multi-container tasks are not "
-                       "supported yet")
-    elif env.gpus:
+    if env.gpus:
         unsupported = f"environment.gpus = {env.gpus}: envcheck's sandboxes have no GPU"
     notes = [f"environment.storage_mb = {env.storage_mb} is not enforced"]
     if env.internet and env.network_mode == "allowlist":
         notes.append("environment.allowed_hosts is not enforced: the whole named network "
                      "is reachable")
     override = (image_overrides or {}).get(task.name)
-    prebuilt = override or env.docker_image
+    # a compose task's images are its services' own (built, or named in its compose file)
+    prebuilt = None if task.kind == "compose" else override or env.docker_image
     agent_s = cfg.agent.timeout_sec or agent_timeout_s
     spec = HarborVerifierSpec(
         task=task.name, task_dir=task.path, image=prebuilt,
@@ -98,14 +99,14 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
         solution_env=cfg.solution.env, verifier_user=_user(cfg.verifier.user),
         agent_user=_user(cfg.agent.user),
         network=network if network and env.internet else "none",
+        compose="environment/docker-compose.yaml" if task.kind == "compose" else None,
         reruns=reruns, unsupported=unsupported, notes=tuple(notes), adversarial=adversarial,
         leaks=leaks, strength=strength)
     if prebuilt:
         image = prebuilt
-    elif task.context_hash is not None:
+    else:  # built from environment/ (a compose task: its agent service's image)
+        assert task.context_hash is not None
         image = image_tag(task.name, task.context_hash)
-    else:  # a compose task: nothing to build; the probe skips it
-        image = f"{IMAGE_REPOSITORY}/unsupported:compose"
     worst = spec.build_timeout_s + (1 + reruns) * spec.verifier_timeout_s + reruns * agent_s
     return HarborParts(
         image=image,

@@ -8,6 +8,8 @@ from dumps: spec hashes depend on the content hashes of ``environment/``, ``test
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
@@ -41,6 +43,12 @@ class HarborVerifierSpec(ControlledSpec):
     reruns: int = Field(DEFAULT_RERUNS, ge=1, le=50, description=(
         "oracle runs, each in a fresh container; any disagreement is flaky"))
     unsupported: str | None = Field(None, description=(
-        "why envcheck cannot run this task yet (a compose file, GPUs): the probe skips it"))
+        "why envcheck cannot run this task (GPUs): the probe skips it"))
+    compose: str | None = Field(None, description=(
+        "the task's compose file (environment/docker-compose.yaml): every run brings its "
+        "services up, within build_timeout_s, and runs in the agent's; None: one container"))
     notes: tuple[str, ...] = Field((), description="task.toml settings envcheck cannot enforce")
+
+    # Keys added after specs were first hashed: left out of dumps while unset.
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = (*ControlledSpec._LATER_KEYS, "compose")
 

@@ -217,7 +217,7 @@ def read_task(folder: Path | str) -> HarborTask:
             name=config.task.name if config.task is not None else folder.resolve().name,
             folder=str(folder), path=str(folder.resolve()), config=config,
             instruction=instruction, kind=kind, has_solution=has_solution,
-            context_hash=tree_hash(env_dir) if kind == "dockerfile" else None,
+            context_hash=tree_hash(env_dir) if kind in ("dockerfile", "compose") else None,
             tests_hash=tree_hash(folder / "tests"),
             solution_hash=tree_hash(folder / "solution") if has_solution else None,
             workdir=_last_instruction(docker_text, "WORKDIR"),

@@ -20,6 +20,9 @@
                                             base and never raised past it
     ImageBuildFailed                        a task's Dockerfile does not build: an environment
                                             verdict in transit, like the above
+    ComposeFailed                           a task's compose file is refused, or one of its
+                                            services does not start or become healthy: an
+                                            environment verdict in transit, like the above
 
 Third-party errors (docker, requests) are translated into these, or into reason codes,
 at one boundary per backend (``envcheck.sandbox.engine``, ``envcheck.net.http``), never deeper.
@@ -34,6 +37,7 @@ from envcheck.core.results import Reason
 __all__ = [
     "CatalogueError",
     "CatalogueIssue",
+    "ComposeFailed",
     "ConfigError",
     "EngineUnreachable",
     "EnvcheckError",
@@ -132,5 +136,21 @@ class ImageBuildFailed(EnvcheckError):
 
     def __init__(self, message: str, log_tail: str = "", duration_s: float = 0.0) -> None:
         self.log_tail = log_tail
+        self.duration_s = duration_s
+        super().__init__(message)
+
+
+class ComposeFailed(EnvcheckError):
+    """A multi-container task's defect, not envcheck's: its compose file cannot be read or
+    asks for what a sandbox refuses, or one of its services (``service``) does not start or
+    become healthy in time. ``reason`` is the result's reason; ``log_tail`` the service's log
+    (or Compose's output) as evidence."""
+
+    def __init__(self, reason: Reason, message: str, *, service: str | None = None,
+                 log_tail: str = "", command: str = "", duration_s: float = 0.0) -> None:
+        self.reason = reason
+        self.service = service
+        self.log_tail = log_tail
+        self.command = command
         self.duration_s = duration_s
         super().__init__(message)

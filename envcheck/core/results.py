@@ -92,6 +92,10 @@ class Reason(StrEnum):
     WEAK_VERIFIER = "weak_verifier"
     # reward-file verifiers (Harbor task folders)
     IMAGE_BUILD_FAILED = "image_build_failed"
+    # multi-container (compose) tasks
+    COMPOSE_INVALID = "compose_invalid"
+    SERVICE_START_FAILED = "service_start_failed"
+    SERVICE_UNHEALTHY = "service_unhealthy"
     NOP_REWARDED = "nop_rewarded"
     REWARD_MISSING = "reward_missing"
     REWARD_MALFORMED = "reward_malformed"
@@ -179,7 +183,16 @@ REASON_DOCS: dict[Reason, str] = {
                           "(or of a script oracle's output files) are refused by the verifier "
                           "(score below strength.min_score; "
                           "degraded; a fail where strength is required)",
-    Reason.IMAGE_BUILD_FAILED: "the task's environment/Dockerfile does not build",
+    Reason.IMAGE_BUILD_FAILED: "the task's environment/Dockerfile (or a compose service's "
+                               "build context) does not build",
+    Reason.COMPOSE_INVALID: "the task's docker-compose.yaml cannot be read, has no agent "
+                            "service, or asks for what a sandbox refuses (privileges, host "
+                            "namespaces or paths, capabilities beyond the engine's defaults)",
+    Reason.SERVICE_START_FAILED: "a service of the task's docker-compose.yaml did not start, "
+                                 "or exited (its log's tail is the evidence)",
+    Reason.SERVICE_UNHEALTHY: "a service of the task's docker-compose.yaml did not become "
+                              "healthy within the task's timeout (its log's tail is the "
+                              "evidence)",
     Reason.NOP_REWARDED: "the verifier rewards a no-op: reward above 0 with no solution",
     Reason.REWARD_MISSING: "the verifier wrote no reward file (/logs/verifier/reward.txt or "
                            "reward.json)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
@@ -17,10 +17,11 @@ from typing import Any, ClassVar, TypeVar
 from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK, Clock
 from envcheck.core.depth import Depth, DepthAdvice
-from envcheck.core.errors import InfraError, SandboxStartFailed
+from envcheck.core.errors import ComposeFailed, InfraError, SandboxStartFailed
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds.reuse import ReuseAdvisor, with_depth
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
+from envcheck.sandbox.compose_project import ComposedTask
 
 __all__ = ["Probe", "ProbeContext", "Services", "Verdict"]
 
@@ -81,13 +82,32 @@ class ProbeContext:
 
     def sandbox(self) -> Sandbox:
         if self._shared is None:
-            self._shared = self._stack.enter_context(self.runtime.sandbox(self.spec()))
+            self._shared = self._stack.enter_context(self.open_sandbox(self.spec()))
         return self._shared
 
     @contextmanager
     def fresh_sandbox(self) -> Iterator[Sandbox]:
-        with self.runtime.sandbox(self.spec()) as sandbox:
+        with self.open_sandbox(self.spec()) as sandbox:
             yield sandbox
+
+    def open_sandbox(self, spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
+        """A sandbox for ``spec``, removed on exit: one container, or for a compose task the
+        agent's container of the task's services brought up for it (every probe, control
+        and run of such a task is in its agent's container, as Harbor's agents are)."""
+        composed = self.service(ComposedTask)
+        if composed is None:
+            return self.runtime.sandbox(spec)
+        return composed.sandbox(self.runtime, spec)
+
+
+def compose_failed(exc: ComposeFailed) -> Verdict:
+    """A compose task's defect as its verdict: the service named, its log's tail as evidence."""
+    tail = exc.log_tail[-4096:]
+    evidence = CommandEvidence(command=exc.command or "docker-compose", exit_code=None,
+                               duration_s=round(exc.duration_s, 4), output_tail=tail,
+                               output_bytes=len(tail.encode()))
+    details = {"service": exc.service} if exc.service else {}
+    return Verdict(Status.FAIL, exc.reason, str(exc), details, (evidence,))
 
 
 class Probe(ABC):
@@ -123,6 +143,8 @@ class Probe(ABC):
         except SandboxStartFailed as exc:
             verdict = Verdict(Status.FAIL, Reason.CONTAINER_START_FAILED,
                               f"container did not start: {exc}")
+        except ComposeFailed as exc:
+            verdict = compose_failed(exc)
         except InfraError as exc:
             verdict = Verdict(Status.ERROR, exc.reason, str(exc))
         except MemoryError:

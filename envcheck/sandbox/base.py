@@ -18,6 +18,7 @@ from envcheck.core.results import CommandEvidence
 
 __all__ = [
     "ENGINE_DEFAULT_CAPABILITIES",
+    "BuildOptions",
     "CappedOutput",
     "Change",
     "ExecResult",
@@ -127,6 +128,15 @@ class ExecResult:
             truncated=self.output.truncated,
             timed_out=self.timed_out,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    """A build's settings besides its context (a compose service's ``build:``)."""
+
+    dockerfile: str | None = None  # relative to the context; None: its Dockerfile
+    args: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ import urllib3.exceptions
 
 from envcheck.catalogue.treehash import tree_hash
 from envcheck.core.errors import ImageBuildFailed
-from envcheck.sandbox.base import Deadline
+from envcheck.sandbox.base import BuildOptions, Deadline
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.engine import engine_errors, preflight
 
@@ -82,11 +82,13 @@ class ImageBuilder:
             return self._locks.setdefault(tag, threading.Lock())
 
     def ensure(self, context: Path, tag: str, *, timeout_s: float,
-               labels: Mapping[str, str] | None = None) -> BuiltImage:
-        """The image ``tag`` built from ``context`` (its ``Dockerfile``), unless it exists.
+               labels: Mapping[str, str] | None = None,
+               options: BuildOptions | None = None) -> BuiltImage:
+        """The image ``tag`` built from ``context`` (its ``Dockerfile``, or as ``options``
+        say: a compose service's build), unless it exists.
 
-        The caller derives ``tag`` from the context's :func:`tree_hash`; the hash is also
-        written as a label, so an image can be traced to its content.
+        The caller derives ``tag`` from the context's :func:`tree_hash` (and the options); the
+        hash is also written as a label, so an image can be traced to its content.
         """
         started = time.monotonic()
         if self._host:
@@ -96,7 +98,8 @@ class ImageBuilder:
             if found is not None:
                 return BuiltImage(tag, found, False, time.monotonic() - started)
             image_id, tail = self._build(context, tag, timeout_s, {
-                **(labels or {}), LABEL_BUILD_HASH: tree_hash(context)})
+                **(labels or {}), LABEL_BUILD_HASH: tree_hash(context)},
+                options or BuildOptions())
             self.builds += 1
             return BuiltImage(tag, image_id, True, time.monotonic() - started, tail)
 
@@ -108,7 +111,7 @@ class ImageBuilder:
                 return None
 
     def _build(self, context: Path, tag: str, timeout_s: float,
-               labels: dict[str, str]) -> tuple[str, str]:
+               labels: dict[str, str], options: BuildOptions) -> tuple[str, str]:
         deadline = Deadline(timeout_s)
         lines: list[str] = []
         image_id: str | None = None
@@ -119,7 +122,8 @@ class ImageBuilder:
                     stream = self._client.api.build(
                         path=str(context), tag=tag, labels=labels, rm=True, forcerm=True,
                         pull=False, network_mode=self._network_mode, decode=True,
-                        timeout=max(int(timeout_s), 1))
+                        timeout=max(int(timeout_s), 1), dockerfile=options.dockerfile,
+                        buildargs=dict(options.args) or None, target=options.target)
                     for chunk in _chunks(stream):
                         error = chunk.get("error")
                         lines.extend(_lines(chunk.get("stream") or error or ""))

@@ -32,9 +32,11 @@ from docker.models.containers import Container, _create_container_args
 
 from envcheck.core.errors import EngineUnreachable, EnvcheckError, SandboxStartFailed
 from envcheck.sandbox.base import SandboxSpec
+from envcheck.sandbox.compose import bring_up
+from envcheck.sandbox.compose_project import ComposeProject
 from envcheck.sandbox.container import DockerSandbox
 from envcheck.sandbox.engine import engine_call, engine_errors, preflight
-from envcheck.sandbox.hardening import create_args
+from envcheck.sandbox.hardening import create_args, sandbox_labels
 from envcheck.sandbox.reaping import Reaper, this_process
 
 __all__ = ["DockerRuntime"]
@@ -145,6 +147,24 @@ class DockerRuntime:
         finally:
             removed = container is not None and self._reaper.remove(container.id)
             self._reaper.release(key, removed)
+
+    @contextmanager
+    def compose(self, project: ComposeProject, spec: SandboxSpec, *, images: dict[str, str],
+                up_timeout_s: float) -> Iterator[DockerSandbox]:
+        """A compose task's project up for one run (:mod:`.compose`); the agent's container
+        is the sandbox. Everything of the project is removed on exit, whatever happens."""
+        key = uuid.uuid4().hex
+        self._reaper.claim(key)
+        labels = sandbox_labels(spec, key, owner=self._owner, runtime=self._id, tag=self._tag)
+        try:
+            with bring_up(self._client, project, spec, name=f"envcheck-{key[:16]}",
+                          images=images, labels=labels, up_timeout_s=up_timeout_s,
+                          host=self._host, preflight=self._preflight) as (agent, took):
+                container = self._client.containers.prepare_model({"Id": agent})
+                yield DockerSandbox(self._client, container, took, self._flood_limit,
+                                    self._preflight)
+        finally:
+            self._reaper.release(key, self._reaper.remove_sandbox(key))
 
     def _create(self, spec: SandboxSpec, key: str) -> Container:
         """Create the container: the SDK's ``containers.create`` less its inspect of the new

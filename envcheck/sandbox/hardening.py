@@ -17,7 +17,7 @@ from envcheck.sandbox.labels import (
     LABEL_TAG,
 )
 
-__all__ = ["create_args"]
+__all__ = ["create_args", "sandbox_labels"]
 
 # Keeps the container alive for its cycle; docker-init reaps zombies and forwards signals.
 KEEPALIVE = ["sleep", "infinity"]
@@ -45,13 +45,20 @@ def create_args(spec: SandboxSpec, key: str = "", *, owner: str, runtime: str, t
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
         # The engine refuses a hostname for a container joining another's network.
         **({} if spec.network.startswith("container:") else {"hostname": "sandbox"}),
-        "labels": {
-            LABEL_MANAGED: "true",
-            LABEL_RUN: spec.run_id,
-            LABEL_ENV: spec.env_id,
-            LABEL_OWNER: owner,
-            LABEL_RUNTIME: runtime,
-            **({LABEL_SANDBOX: key} if key else {}),
-            **({LABEL_TAG: tag} if tag else {}),
-        },
+        "labels": sandbox_labels(spec, key, owner=owner, runtime=runtime, tag=tag),
+    }
+
+
+def sandbox_labels(spec: SandboxSpec, key: str = "", *, owner: str, runtime: str, tag: str
+                   ) -> dict[str, str]:
+    """What every container (and a compose task's networks and volumes) of a sandbox carries:
+    whose it is, so the reaper finds it after a crash or an engine outage."""
+    return {
+        LABEL_MANAGED: "true",
+        LABEL_RUN: spec.run_id,
+        LABEL_ENV: spec.env_id,
+        LABEL_OWNER: owner,
+        LABEL_RUNTIME: runtime,
+        **({LABEL_SANDBOX: key} if key else {}),
+        **({LABEL_TAG: tag} if tag else {}),
     }

@@ -158,7 +158,46 @@ class Reaper:
                      extra={"reaped": removed})
         if removed < len(leftovers):
             raise EngineUnreachable(f"{len(leftovers) - removed} container(s) not removed")
+        self._remove_others(f"{LABEL_RUNTIME}={self._id}",
+                            lambda labels: not (keep_live and labels.get(LABEL_SANDBOX) in live))
         return removed
+
+    def remove_sandbox(self, key: str) -> bool:
+        """Remove what a compose task's sandbox ``key`` left: its containers, then its
+        networks and volumes (once no container uses them). False if the engine would not."""
+        try:
+            with engine_call(self._preflight):
+                found = self._client.api.containers(
+                    all=True, filters={"label": f"{LABEL_SANDBOX}={key}"})
+            removed = all([self.remove(info["Id"]) for info in found])
+            return self._remove_others(f"{LABEL_SANDBOX}={key}", lambda labels: True) and removed
+        except EnvcheckError as exc:
+            with self._lock:
+                self._pending = True
+            log.error("compose sandbox %s left behind; removed once the engine answers "
+                      "again: %s", key[:12], exc)
+            return False
+
+    def _remove_others(self, label: str, chosen: Callable[[dict[str, str]], bool]) -> bool:
+        """Remove the networks, then the volumes, labelled ``label`` that ``chosen`` picks
+        (a compose task's: a single-container sandbox has neither); False if one stays."""
+        api = self._client.api
+        with engine_call(self._preflight):
+            networks = api.networks(filters={"label": label})
+            volumes = (api.volumes(filters={"label": label}) or {}).get("Volumes") or []
+        done = True
+        for remove, items, ident in ((api.remove_network, networks, "Id"),
+                                     (api.remove_volume, volumes, "Name")):
+            for item in items:
+                if not chosen(item.get("Labels") or {}):
+                    continue
+                try:
+                    with engine_call(self._preflight), suppress(docker.errors.NotFound):
+                        remove(item[ident])
+                except EnvcheckError as exc:
+                    done = False
+                    log.warning("could not remove %s: %s", item[ident][:12], exc)
+        return done
 
     def remove(self, container_id: str) -> bool:
         """Remove a container (gone already counts); False if the engine would not."""
@@ -197,6 +236,9 @@ class Reaper:
                 continue  # in-flight work, or another host's or namespace's
             self.remove(info["Id"])
             reaped += 1
+        # a compose task's networks and volumes (their age is not asked: only a dead owner's)
+        self._remove_others(LABEL_MANAGED, lambda labels: leftover(
+            labels.get(LABEL_OWNER, ""), 0.0))
         if reaped:
             log.info("reaped %d leftover envcheck container(s)", reaped)
         return reaped

@@ -34,7 +34,7 @@ def _attempt(ctx: ProbeContext, spec: HarborVerifierSpec, image: str) -> Attempt
     aim = target(ctx)
 
     def attempt(trick: Trick) -> Attempted:
-        with ctx.runtime.sandbox(harbor_sandbox(ctx.spec(), spec, image)) as sandbox:
+        with ctx.open_sandbox(harbor_sandbox(ctx.spec(), spec, image)) as sandbox:
             run = run_once(sandbox, spec, HarborRun("nop", f"trick {trick.name}"),
                            ctx.env.timeouts.exec_s,
                            action=lambda box: play(box, ctx.env, trick, aim))

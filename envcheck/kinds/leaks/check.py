@@ -156,7 +156,7 @@ def play(ctx: ProbeContext, plan: LeakChecks, names: list[str]) -> LeakOutcome:
     spec = ctx.spec() if harbor is None else harbor_sandbox(ctx.spec(), harbor, env.image)
     user = env.user if harbor is None else harbor.agent_user
     started = time.monotonic()
-    with ctx.runtime.sandbox(spec) as sandbox:
+    with ctx.open_sandbox(spec) as sandbox:
         player = _Player(ctx, sandbox, user)
         targets = host_targets(env)
         if "git" in names:

@@ -43,7 +43,7 @@ class HarborOutputs:
         self.reader = ROOT
 
     def pristine(self) -> AbstractContextManager[Sandbox]:
-        return self.ctx.runtime.sandbox(harbor_sandbox(self.ctx.spec(), self.spec, self.image))
+        return self.ctx.open_sandbox(harbor_sandbox(self.ctx.spec(), self.spec, self.image))
 
     def _run(self, label: str, step: Callable[[Sandbox], Problem | None]) -> HarborRun:
         ctx = self.ctx

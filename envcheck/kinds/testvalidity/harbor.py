@@ -15,8 +15,9 @@ A run that cannot be read (verifier timeout, no reward file, a malformed one) en
 with its reason: ``fail`` on the first run of its phase, ``flaky`` after good ones. Runs that
 ``probe_s`` leaves no time for are skipped; if no oracle run is left, ``fail`` / ``timeout``
 (nothing shows solve.sh earns the reward), never a pass.
-Compose-based and GPU tasks are skipped with the reason. Runs of one task use the task's
-limits and network (see :mod:`envcheck.catalogue.harbor_env`).
+A compose task's runs are each in its agent's container, with its services brought up beside
+it (:mod:`.harbor_compose`); GPU tasks are skipped with the reason. Runs of one task use the
+task's limits and network (see :mod:`envcheck.catalogue.harbor_env`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from envcheck.catalogue.harbor_env import image_tag
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
 from envcheck.catalogue.treehash import tree_hash
 from envcheck.core.depth import DEPTH_KEY, Depth
-from envcheck.core.errors import ImageBuildFailed, SandboxFailed
+from envcheck.core.errors import ComposeFailed, ImageBuildFailed, SandboxFailed
 from envcheck.core.results import CommandEvidence, Reason, Status
 from envcheck.kinds.adversarial.harbor import with_harbor_controls
-from envcheck.kinds.base import ProbeContext, Verdict
+from envcheck.kinds.base import ProbeContext, Verdict, compose_failed
+from envcheck.kinds.testvalidity.harbor_compose import prepare_compose
 from envcheck.kinds.testvalidity.harbor_run import HarborRun, Phase, harbor_sandbox, run_once
 from envcheck.sandbox.base import Deadline
 from envcheck.sandbox.build import BuiltImage, ImageBuilder
@@ -76,10 +78,17 @@ def prepare_image(ctx: ProbeContext) -> None:
     if spec.image is not None:
         return
     try:
-        built = build_image(spec, _builder(ctx))
+        if spec.compose is not None:
+            built = prepare_compose(ctx, spec, _builder(ctx))
+        else:
+            built = build_image(spec, _builder(ctx))
     except ImageBuildFailed as exc:
         ctx.runtime.ping()  # a build cut short by a dying engine is not the task's defect
         ctx.blocked = _build_failed(spec, exc)
+        return
+    except ComposeFailed as exc:
+        ctx.runtime.ping()  # Compose cut short by a dying engine: not the task's defect
+        ctx.blocked = compose_failed(exc)
         return
     ctx.provide(built)
     if built.tag != ctx.env.image:  # the folder changed since load: run what it holds now
@@ -107,8 +116,8 @@ class _Verification:
         self.notes = list(spec.notes)
 
     def run(self, phase: Phase, label: str) -> HarborRun:
-        with self.ctx.runtime.sandbox(harbor_sandbox(self.ctx.spec(), self.spec,
-                                                     self.image)) as sandbox:
+        with self.ctx.open_sandbox(harbor_sandbox(self.ctx.spec(), self.spec,
+                                                  self.image)) as sandbox:
             run = run_once(sandbox, self.spec, HarborRun(phase, label),
                            self.ctx.env.timeouts.exec_s)
         self.runs.append(run)
