@@ -298,7 +298,8 @@ def test_harbor_task_folders_are_environments_of_the_suite(tmp_path: Path) -> No
     assert hello.limits.pids == 128 and hello.labels == {"dataset": "tb2"}
     assert cat.environment("always-rewards").image == "reg/prebuilt:1"
     compose = cat.environment("compose-task").harbor
-    assert compose is not None and compose.unsupported is not None
+    assert compose is not None and compose.unsupported is None
+    assert compose.compose == "environment/docker-compose.yaml"
     one = load_catalogue([harbor_catalogue(tmp_path, HARBOR_DEMO / "hello-world")])
     assert [e.id for e in one.environments] == ["hello-world"]
 

@@ -77,9 +77,11 @@ def test_check_builds_and_judges_every_demo_task(cli_env: dict[str, str], tasks:
                       for r in check(cli_env, path, "-e", "flaky-verifier", "-p", "tests")[1]})
     for name, (status, reason) in EXPECTED.items():
         assert found[name, "tests"] == (status.value, reason.value), name
-    # no image, no probe: the build failure is every kind's verdict, compose skips them all
+    # no image, no probe: the build failure is every kind's verdict; a compose task's terminal
+    # probe is in its agent's container, its services beside it
     assert found["build-fails", "terminal"] == ("fail", "image_build_failed")
-    assert found["compose-task", "terminal"] == ("skip", "not_applicable")
+    assert found["compose-task", "terminal"] == ("pass", "ok")
+    assert found["compose-sidecar-fails", "terminal"] == ("fail", "service_start_failed")
     assert found["hello-world", "terminal"] == ("pass", "ok")
     failed = next(r for r in lines if r["env"] == "build-fails" and r["probe"] == "tests")
     assert "/etc/hello-task.conf is missing" in json.dumps(failed)

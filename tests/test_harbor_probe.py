@@ -35,7 +35,9 @@ EXPECTED = {
     "flaky-verifier": (Status.FLAKY, Reason.NONDETERMINISTIC),
     "build-fails": (Status.FAIL, Reason.IMAGE_BUILD_FAILED),
     "no-reward": (Status.FAIL, Reason.REWARD_MISSING),
-    "compose-task": (Status.SKIP, Reason.NOT_APPLICABLE),
+    "compose-task": (Status.PASS, Reason.OK),
+    "compose-sidecar-fails": (Status.FAIL, Reason.SERVICE_START_FAILED),
+    "compose-never-healthy": (Status.FAIL, Reason.SERVICE_UNHEALTHY),
 }
 pytestmark = pytest.mark.docker
 

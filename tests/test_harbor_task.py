@@ -157,11 +157,13 @@ def test_an_override_or_a_named_image_is_used_as_given(tmp_path: Path) -> None:
     assert got.image == got.harbor.image == "site/foo:prebuilt"  # type: ignore[attr-defined]
 
 
-def test_compose_and_gpu_tasks_are_marked_unsupported(tmp_path: Path) -> None:
+def test_a_compose_task_builds_its_agent_from_environment_and_gpu_tasks_are_unsupported(
+        tmp_path: Path) -> None:
     compose = read_task(DEMO / "compose-task")
     got = harbor_parts(compose, limits=Limits(), timeouts=Timeouts())
-    assert compose.kind == "compose"
-    assert "docker-compose.yaml" in (got.harbor.unsupported or "")
+    assert compose.kind == "compose" and got.harbor.unsupported is None
+    assert got.harbor.compose == "environment/docker-compose.yaml"
+    assert got.image == image_tag("compose-task", tree_hash(DEMO / "compose-task" / "environment"))
     gpu = task_folder(tmp_path, "[environment]\ngpus = 1\n")
     assert "GPU" in (parts(gpu).harbor.unsupported or "")  # type: ignore[attr-defined]
     huge = task_folder(tmp_path, "[environment]\ncpus = 128\n", name="huge")

@@ -100,14 +100,14 @@ class ProbeContext:
         return composed.sandbox(self.runtime, spec)
 
 
-def compose_failed(exc: ComposeFailed) -> Verdict:
+def compose_failed(exc: ComposeFailed, env_id: str) -> Verdict:
     """A compose task's defect as its verdict: the service named, its log's tail as evidence."""
     tail = exc.log_tail[-4096:]
     evidence = CommandEvidence(command=exc.command or "docker-compose", exit_code=None,
                                duration_s=round(exc.duration_s, 4), output_tail=tail,
                                output_bytes=len(tail.encode()))
     details = {"service": exc.service} if exc.service else {}
-    return Verdict(Status.FAIL, exc.reason, str(exc), details, (evidence,))
+    return Verdict(Status.FAIL, exc.reason, f"{env_id}: {exc}", details, (evidence,))
 
 
 class Probe(ABC):
@@ -144,7 +144,7 @@ class Probe(ABC):
             verdict = Verdict(Status.FAIL, Reason.CONTAINER_START_FAILED,
                               f"container did not start: {exc}")
         except ComposeFailed as exc:
-            verdict = compose_failed(exc)
+            verdict = compose_failed(exc, ctx.env.id)
         except InfraError as exc:
             verdict = Verdict(Status.ERROR, exc.reason, str(exc))
         except MemoryError:

@@ -27,9 +27,11 @@ from envcheck.core.errors import SandboxFailed
 
 __all__ = ["ComposeCall", "compose_binary", "run_compose"]
 
-# The settings of an operator's shell that would change which files or project Compose uses.
-_IGNORED_ENV = ("COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "COMPOSE_PROFILES",
-                "COMPOSE_PATH_SEPARATOR", "COMPOSE_ENV_FILES")
+# What Compose is given of envcheck's environment: where to find itself and the engine, and
+# nothing else. A task's compose file interpolates ${VAR} from it, so anything more (a store's
+# password, an API token) would be a task's to copy into its containers; an unset variable
+# reads as empty (or stops the read, for ${VAR:?}).
+_PASSED_ENV = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 OUTPUT_LIMIT = 64 * 1024
 
 
@@ -68,7 +70,7 @@ def compose_binary() -> str:
 
 
 def _env(host: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _IGNORED_ENV}
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV}
     if host:
         env["DOCKER_HOST"] = host  # the engine envcheck's runtime talks to, not a CLI context
     return env

@@ -10,15 +10,19 @@ command.
 **Refused** (``compose_invalid``), since the project runs beside envcheck on its engine:
 privileged services, host namespaces (network, pid, ipc, uts, userns), devices, security
 options other than ``no-new-privileges``, capabilities beyond the engine's defaults, other
-runtimes or cgroup parents, external networks, and bind mounts or file secrets from outside
-the task's folder. Published ports are dropped (the services reach each other by name).
+runtimes or cgroup parents, external networks, volumes with a driver or driver options (a
+bind mount by another name), and bind mounts or file secrets from outside the task's folder.
+Published ports are dropped (the services reach each other by name).
 
 **Rewritten** for a run: built services point at envcheck's images, nothing is pulled, every
 service is hardened as a Harbor sandbox is (every capability dropped but the engine's
 defaults, no new privileges, init, pids, memory and CPU limits: the stricter of the task's
-and the service's own), every network is internal (no route out) unless the task may reach
-the internet, and then the operator's named network is joined as well; every container,
-network and volume carries envcheck's labels.
+and the service's own), every network is an internal bridge (no route out; its driver options
+dropped) unless the task may reach the internet, and then the operator's named network is
+joined as well; every container, network and volume carries envcheck's labels. An engine
+older than 25 still gives an internal network a route to the host's own address on its
+bridge: there, host services listening on every address are reachable from a compose task
+(tests/test_compose.py shows which the engine does).
 """
 
 from __future__ import annotations
@@ -112,6 +116,12 @@ def read_project(folder: Path, compose_file: Path, *, timeout_s: float = 60.0,
                for problem in _refusals(name, svc, folder)]
     refused += [f"network {name!r} is external" for name, net in
                 sorted((model.get("networks") or {}).items()) if (net or {}).get("external")]
+    # a volume's driver options can bind-mount any folder of the host (type none, o bind)
+    volumes = sorted((model.get("volumes") or {}).items())
+    refused += [f"volume {name!r}: driver_opts" for name, vol in volumes
+                if (vol or {}).get("driver_opts")]
+    refused += [f"volume {name!r}: driver {vol['driver']}" for name, vol in volumes
+                if (vol or {}).get("driver") not in (None, "", "local")]
     refused += _file_sources(model, folder)
     if refused:
         raise ComposeFailed(Reason.COMPOSE_INVALID, f"{compose_file.name} asks for what a "
@@ -232,7 +242,7 @@ def run_model(project: ComposeProject, *, name: str, images: dict[str, str],
     networks.setdefault("default", {})
     for net_name, net in list(networks.items()):
         networks[net_name] = {**{k: v for k, v in (net or {}).items()
-                                 if k in ("ipam", "enable_ipv6", "driver_opts")},
+                                 if k in ("ipam", "enable_ipv6")},
                               "name": f"{name}_{net_name}", "driver": "bridge",
                               "internal": True, "labels": labels}
     if outside:

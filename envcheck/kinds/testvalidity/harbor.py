@@ -88,7 +88,7 @@ def prepare_image(ctx: ProbeContext) -> None:
         return
     except ComposeFailed as exc:
         ctx.runtime.ping()  # Compose cut short by a dying engine: not the task's defect
-        ctx.blocked = compose_failed(exc)
+        ctx.blocked = compose_failed(exc, spec.task)
         return
     ctx.provide(built)
     if built.tag != ctx.env.image:  # the folder changed since load: run what it holds now
