@@ -284,6 +284,40 @@ services:
         assert int(version.split(".", maxsplit=1)[0]) < 25, routes.text
 
 
+def test_a_task_allowed_the_internet_joins_only_the_operators_network(
+        tmp_path: Path, runtime: DockerRuntime) -> None:
+    """The operator's network (here an internal one of this test: no traffic leaves) is joined
+    by every service beside the project's own internal network; nothing else is."""
+    folder, path = _task(tmp_path, f"""\
+services:
+  main:
+    image: {BASE_IMAGE}
+    command: ["sleep", "infinity"]
+  side:
+    image: {BASE_IMAGE}
+    command: ["sleep", "infinity"]
+""")
+    project = read_project(folder, path, host=runtime.host)
+    api = runtime.client.api
+    outside = f"envcheck-test-outside-{uuid.uuid4().hex[:8]}"
+    api.create_network(outside, driver="bridge", internal=True)
+    try:
+        spec = SandboxSpec(env_id=f"compose-outside-{uuid.uuid4().hex[:8]}", image=BASE_IMAGE,
+                           run_id=uuid.uuid4().hex, network=outside)
+        with runtime.compose(project, spec, images={}, up_timeout_s=60) as sandbox:
+            key = api.inspect_container(sandbox.container_id)["Config"]["Labels"][LABEL_SANDBOX]
+            found = api.containers(all=True, filters={"label": f"{LABEL_SANDBOX}={key}"})
+            assert len(found) == 2
+            for info in found:
+                networks = api.inspect_container(info["Id"])["NetworkSettings"]["Networks"]
+                own = [name for name in networks if name != outside]
+                assert outside in networks and len(own) == 1, networks
+                assert api.inspect_network(own[0])["Internal"] is True
+        assert api.inspect_network(outside)["Name"] == outside  # the operator's stays
+    finally:
+        api.remove_network(outside)
+
+
 # --- what a sandbox refuses, as Compose reads it -------------------------------------------
 
 
