@@ -23,9 +23,12 @@ import pytest
 
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Environment
+from envcheck.core.errors import EngineUnreachable
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.local import LocalExecutor
-from envcheck.sandbox.docker import API_VERSION
+from envcheck.sandbox.base import SandboxSpec
+from envcheck.sandbox.compose_project import read_project
+from envcheck.sandbox.docker import API_VERSION, DockerRuntime
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_RUN, LABEL_TAG
 from tests.conftest import DEMO, SESSION_TAG
 from tests.engine_proxy import ENGINE, EngineProxy
@@ -221,3 +224,52 @@ def test_daemon_sigterm_leaves_no_container_after_engine_came_back(
         assert errors and all(r.status == "error" for r in errors), errors
     finally:
         daemons.close()  # kills a daemon still running; removes by tag on the real engine
+
+
+COMPOSE_ENV = "fault-compose-outage"
+
+
+def _project_left(real: docker.DockerClient) -> tuple[set[str], set[str]]:
+    mine = [f"{LABEL_TAG}={SESSION_TAG}", f"{LABEL_ENV}={COMPOSE_ENV}"]
+    networks = {n["Id"] for n in real.api.networks(filters={"label": mine})}
+    return _ids(real, *mine), networks
+
+
+def test_a_compose_projects_leftovers_reaped_once_engine_answers(
+    engine: Engine, real: docker.DockerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine stops while a compose task's project is up: neither Compose's ``down`` nor
+    the runtime's removal reaches it, so its containers and its network stay; once the engine
+    answers, the same runtime removes them all (containers first, then the network)."""
+    folder = tmp_path / "task"
+    (folder / "environment").mkdir(parents=True)
+    compose = folder / "environment" / "docker-compose.yaml"
+    compose.write_text("services:\n"
+                       "  main: {image: 'envcheck/base:bookworm', depends_on: [side]}\n"
+                       "  side: {image: 'envcheck/base:bookworm', command: [sleep, infinity]}\n")
+    monkeypatch.setenv("DOCKER_HOST", engine.url)
+    runtime = DockerRuntime.from_env(timeout_s=10)
+    try:
+        project = read_project(folder, compose, host=runtime.host)
+        spec = SandboxSpec(env_id=COMPOSE_ENV, image="envcheck/base:bookworm",
+                           run_id=uuid.uuid4().hex)
+        with (pytest.raises(EngineUnreachable),
+              runtime.compose(project, spec, images={}, up_timeout_s=60) as sandbox):
+            assert sandbox.exec(["true"], timeout_s=10).exit_code == 0
+            engine.cut()
+            sandbox.exec(["true"], timeout_s=10)
+        containers, networks = _project_left(real)
+        assert len(containers) == 2 and len(networks) == 1, "the outage left the project"
+        engine.restore()
+
+        def reaped() -> bool:
+            runtime.ping()  # as the daemon's readiness watcher does every few seconds
+            return _project_left(real) == (set(), set())
+        wait_for(reaped, timeout_s=DEADLINE_S, what="the project to be reaped", interval_s=0.5)
+    finally:
+        runtime.close()
+        containers, networks = _project_left(real)  # a failed test must not leak either
+        for cid in containers:
+            real.api.remove_container(cid, force=True, v=True)
+        for nid in networks:
+            real.api.remove_network(nid)
