@@ -44,7 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, git_head, host, median
+from common import ROOT, TimedSandbox, git_head, host, median
 from flaky import bare_run, own_runs
 from terminal import BenchError, DockerCli, check_leaks
 
@@ -54,7 +54,7 @@ from envcheck.core.results import ProbeKind
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.dependencies.state import SCRIPT, parse_output, script_env
 from envcheck.kinds.terminal import DONE, login_script
-from envcheck.sandbox.base import ExecResult, Sandbox, SandboxSpec, TtySession
+from envcheck.sandbox.base import Sandbox, SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
 
 log = logging.getLogger("bench.cold")
@@ -162,41 +162,6 @@ class Phases:
         self.totals[phase] = self.totals.get(phase, 0.0) + seconds
 
 
-class TimedSandbox:
-    def __init__(self, inner: Sandbox, phases: Phases) -> None:
-        self._inner, self._phases = inner, phases
-
-    @property
-    def container_id(self) -> str:
-        return self._inner.container_id
-
-    @property
-    def start_duration_s(self) -> float:
-        return self._inner.start_duration_s
-
-    def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int = 64 * 1024) -> ExecResult:
-        started = time.monotonic()
-        try:
-            return self._inner.exec(argv, timeout_s=timeout_s, user=user, env=env,
-                                    output_limit=output_limit)
-        finally:
-            self._phases.add("login" if "-l" in argv else "deps", time.monotonic() - started)
-
-    @contextmanager
-    def tty(self, argv: Sequence[str], *, user: str | None = None,
-            env: dict[str, str] | None = None) -> Iterator[TtySession]:
-        started = time.monotonic()
-        try:
-            with self._inner.tty(argv, user=user, env=env) as session:
-                yield session
-        finally:
-            self._phases.add("tty", time.monotonic() - started)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 class TimedRuntime:
     def __init__(self, inner: DockerRuntime) -> None:
         self._inner = inner
@@ -219,7 +184,8 @@ class TimedRuntime:
         with self._inner.sandbox(spec) as sandbox:
             self.phases.add("start", time.monotonic() - started)
             try:
-                yield TimedSandbox(sandbox, self.phases)
+                yield TimedSandbox(sandbox, self.phases,
+                                   lambda argv: "login" if "-l" in argv else "deps")
             finally:
                 removing = time.monotonic()
         self.phases.add("rm", time.monotonic() - removing)

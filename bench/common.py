@@ -20,14 +20,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.numbers import percentile
+from envcheck.sandbox.base import ExecResult, Sandbox, TtySession
 from envcheck.sandbox.labels import LABEL_MANAGED, LABEL_RUN
 
 __all__ = ["KINDS", "ROOT", "SUITES", "Daemon", "docker_run_hardened", "fleet_text", "free_port",
@@ -280,3 +282,47 @@ def running(workdir: Path, catalogue: Path, concurrency: int,
     finally:
         if daemon.proc.poll() is None:
             daemon.stop()
+
+
+class PhaseRecord(Protocol):
+    def add(self, phase: str, seconds: float) -> None: ...
+
+
+class TimedSandbox:
+    """Delegates to envcheck's sandbox; adds a clock read around each exec (its phase named by
+    ``exec_phase``) and each terminal session ("tty"), the rest passed through untimed: the
+    benches' transparent wrapper around the runtime they measure."""
+
+    def __init__(self, inner: Sandbox, record: PhaseRecord,
+                 exec_phase: Callable[[Sequence[str]], str] = lambda argv: "login") -> None:
+        self._inner, self._record, self._exec_phase = inner, record, exec_phase
+
+    @property
+    def container_id(self) -> str:
+        return self._inner.container_id
+
+    @property
+    def start_duration_s(self) -> float:
+        return self._inner.start_duration_s
+
+    def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
+             env: dict[str, str] | None = None, output_limit: int = 64 * 1024) -> ExecResult:
+        started = time.monotonic()
+        try:
+            return self._inner.exec(argv, timeout_s=timeout_s, user=user, env=env,
+                                    output_limit=output_limit)
+        finally:
+            self._record.add(self._exec_phase(argv), time.monotonic() - started)
+
+    @contextmanager
+    def tty(self, argv: Sequence[str], *, user: str | None = None,
+            env: dict[str, str] | None = None) -> Iterator[TtySession]:
+        started = time.monotonic()
+        try:
+            with self._inner.tty(argv, user=user, env=env) as session:
+                yield session
+        finally:
+            self._record.add("tty", time.monotonic() - started)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -42,7 +42,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, git_head, host, median, proc_stat_fields, proc_status_kib
+from common import (
+    ROOT,
+    TimedSandbox,
+    git_head,
+    host,
+    median,
+    proc_stat_fields,
+    proc_status_kib,
+)
 
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Environment
@@ -58,7 +66,7 @@ from envcheck.kinds.terminal import (
     SYNC_OUTPUT,
     login_script,
 )
-from envcheck.sandbox.base import ExecResult, Sandbox, SandboxSpec, TtySession
+from envcheck.sandbox.base import Sandbox, SandboxSpec
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.sandbox.labels import LABEL_ENV, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN
 
@@ -109,44 +117,6 @@ class Round:
 
 
 # --- A: envcheck, timed by a transparent wrapper around its runtime ---------------------------
-
-
-class TimedSandbox:
-    """Delegates to envcheck's sandbox; adds a clock read around each call (microseconds)."""
-
-    def __init__(self, inner: Sandbox, record: EnvTiming) -> None:
-        self._inner = inner
-        self._record = record
-
-    @property
-    def container_id(self) -> str:
-        return self._inner.container_id
-
-    @property
-    def start_duration_s(self) -> float:
-        return self._inner.start_duration_s
-
-    def exec(self, argv: Sequence[str], *, timeout_s: float, user: str | None = None,
-             env: dict[str, str] | None = None, output_limit: int = 64 * 1024) -> ExecResult:
-        started = time.monotonic()
-        try:
-            return self._inner.exec(argv, timeout_s=timeout_s, user=user, env=env,
-                                    output_limit=output_limit)
-        finally:
-            self._record.add("login", time.monotonic() - started)
-
-    @contextmanager
-    def tty(self, argv: Sequence[str], *, user: str | None = None,
-            env: dict[str, str] | None = None) -> Iterator[TtySession]:
-        started = time.monotonic()
-        try:
-            with self._inner.tty(argv, user=user, env=env) as session:
-                yield session
-        finally:
-            self._record.add("tty", time.monotonic() - started)
-
-    def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
-        self._inner.put_file(path, content, mode)
 
 
 class TimedRuntime:
