@@ -6,6 +6,7 @@ container with the task's services beside it (:meth:`ProbeContext.open_sandbox`)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -15,7 +16,12 @@ from envcheck.catalogue.treehash import tree_hash
 from envcheck.kinds.base import ProbeContext
 from envcheck.sandbox.base import BuildOptions
 from envcheck.sandbox.build import BuiltImage, ImageBuilder
-from envcheck.sandbox.compose_project import ComposeBuild, ComposedTask, read_project
+from envcheck.sandbox.compose_project import (
+    ComposeBuild,
+    ComposedTask,
+    ComposeProject,
+    read_project,
+)
 
 __all__ = ["prepare_compose"]
 
@@ -30,6 +36,14 @@ def _tag(spec: HarborVerifierSpec, build: ComposeBuild, env_dir: Path) -> str:
     return image_tag(f"{spec.task}-{build.service}", both)
 
 
+@functools.lru_cache(maxsize=256)
+def _read(folder: Path, compose: Path, content: str, host: str) -> ComposeProject:
+    """Compose's reading of the file, once per content of ``environment/`` (``content``): a
+    prepare runs before every probe of the task, most of them identity checks. A refusal is
+    an exception, never cached. Runs copy the project before changing it (``run_model``)."""
+    return read_project(folder, compose, timeout_s=READ_TIMEOUT_S, host=host)
+
+
 def prepare_compose(ctx: ProbeContext, spec: HarborVerifierSpec, builder: ImageBuilder
                     ) -> BuiltImage:
     """Read and build the task's project; provide the :class:`ComposedTask`; the agent's
@@ -37,9 +51,9 @@ def prepare_compose(ctx: ProbeContext, spec: HarborVerifierSpec, builder: ImageB
     Raises ``ComposeFailed`` or ``ImageBuildFailed`` for the task's defects."""
     assert spec.compose is not None
     folder = Path(spec.task_dir)
-    host = str(getattr(ctx.runtime, "host", ""))
-    project = read_project(folder, folder / spec.compose, timeout_s=READ_TIMEOUT_S, host=host)
     env_dir = (folder / spec.compose).parent.resolve()
+    host = str(getattr(ctx.runtime, "host", ""))
+    project = _read(folder, folder / spec.compose, tree_hash(env_dir), host)
     images: dict[str, str] = {}
     agent: BuiltImage | None = None
     for build in project.builds:
