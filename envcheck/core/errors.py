@@ -122,6 +122,32 @@ class ExecutorUnavailable(InfraError):
     reason = Reason.NODE_UNAVAILABLE
 
 
+class RegistryFailed(InfraError):
+    """The registry an image lives in failed envcheck (unreachable, refused its credentials,
+    rate-limited it) or the image cache had no room: envcheck's, never the environment's.
+    ``reason`` is set per instance from the registry stage's classification."""
+
+    reason = Reason.REGISTRY_UNREACHABLE
+
+    def __init__(self, message: str, reason: Reason = Reason.REGISTRY_UNREACHABLE,
+                 registry: str = "", details: dict[str, object] | None = None) -> None:
+        self.reason = reason
+        self.registry = registry
+        self.details = dict(details or {})
+        super().__init__(message)
+
+
+class ImageNotFound(EnvcheckError, LookupError):
+    """The registry says the reference names no image (the tag or repository is gone), seen on
+    two looks a watch interval apart: the environment's defect, a trainer would fail on it too."""
+
+    def __init__(self, message: str, registry: str = "",
+                 details: dict[str, object] | None = None) -> None:
+        self.registry = registry
+        self.details = dict(details or {})
+        super().__init__(message)
+
+
 class SandboxStartFailed(EnvcheckError):
     """The environment's image could not start a container (its defect, not envcheck's)."""
 

@@ -130,6 +130,13 @@ class Reason(StrEnum):
     WORKER_LOST = "worker_lost"
     NODE_UNAVAILABLE = "node_unavailable"
     HOST_SLOW = "host_slow"
+    # the registry an environment's image lives in (status ERROR: envcheck's or the registry's,
+    # never the environment's; but IMAGE_NOT_FOUND, a FAIL: the reference names no image)
+    REGISTRY_UNREACHABLE = "registry_unreachable"
+    REGISTRY_AUTH_FAILED = "registry_auth_failed"
+    REGISTRY_RATE_LIMITED = "registry_rate_limited"
+    IMAGE_CACHE_FULL = "image_cache_full"
+    IMAGE_NOT_FOUND = "image_not_found"
 
 
 REASON_DOCS: dict[Reason, str] = {
@@ -236,6 +243,18 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.HOST_SLOW: "a container start or shell went past its limit on an image whose same "
                       "digest and spec a full probe proved fast: the host is slow (not the "
                       "environment's fault)",
+    Reason.REGISTRY_UNREACHABLE: "the image's registry did not answer, timed out or answered "
+                                 "5xx (not the environment's fault)",
+    Reason.REGISTRY_AUTH_FAILED: "the image's registry refused envcheck's credentials, or there "
+                                 "were none for it (not the environment's fault)",
+    Reason.REGISTRY_RATE_LIMITED: "the image's registry rate-limited envcheck (429 or "
+                                  "toomanyrequests): backed off for that registry (not the "
+                                  "environment's fault)",
+    Reason.IMAGE_CACHE_FULL: "the image does not fit envcheck's image cache: larger than the "
+                             "whole budget, or the disk filled while it was pulled (not the "
+                             "environment's fault)",
+    Reason.IMAGE_NOT_FOUND: "the registry has no such image: the tag or repository is gone, seen "
+                            "on two looks a watch interval apart (a trainer would fail on it too)",
 }
 
 
