@@ -108,7 +108,7 @@ def bench_load(n: int, rounds: int, folder: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _floor_run(env: Environment, run_id: str, gold: bool) -> tuple[float, dict[str, TestStatus]]:
+def _floor_run(env: Environment, run_id: str, gold: bool) -> tuple[float, dict[str, str]]:
     """One run of the protocol with the docker CLI: a hardened ``docker run --rm -i``."""
     tests = env.tests
     assert tests is not None and tests.test_patch is not None and tests.oracle is not None
@@ -150,7 +150,7 @@ def bench_task(rounds: int, reruns: int) -> dict[str, Any]:
                 took_run, seen = _floor_run(env, run_id, gold=k > 0)
                 total += took_run
                 f2p = seen.get(env.tests.fail_to_pass[0])
-                floor_ok &= (f2p is TestStatus.PASSED) == (k > 0)
+                floor_ok &= (f2p == TestStatus.PASSED) == (k > 0)
             if r:
                 ours.append(took)
                 floor.append(total)

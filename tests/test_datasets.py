@@ -95,7 +95,8 @@ def test_each_record_is_an_environment_of_the_suite_with_its_defaults(tmp_path: 
     assert env.tests is not None
     assert env.tests.fail_to_pass == F2P and env.tests.pass_to_pass == P2P  # decoded strings
     assert env.tests.oracle is not None and env.tests.oracle.patch == PATCH
-    assert (env.tests.test_patch, env.tests.report, env.tests.reruns) == (TEST_PATCH, "pytest", 2)
+    # no report set: the harness's parser for the repository
+    assert (env.tests.test_patch, env.tests.report, env.tests.reruns) == (TEST_PATCH, "django", 2)
     assert env.tests.command == "pytest -rA {test_files}"
     assert env.tests.shuffle is False  # the command takes test files, not the ids
 
@@ -113,8 +114,24 @@ def test_image_field_and_commands_and_reports_per_repository(tmp_path: Path) -> 
     astropy, django = cat.environments
     assert (astropy.image, django.image) == ("reg/a:1", "reg/d:1")
     assert astropy.tests is not None and django.tests is not None
-    assert (astropy.tests.report, django.tests.report) == ("pytest", "django")
+    assert (astropy.tests.report, django.tests.report) == ("pytest_v2", "django")
     assert django.tests.command.startswith("./tests/runtests.py")
+
+
+@pytest.mark.parametrize(("extra", "reports"), [
+    # unset: the released harness's parser for each repository, pytest for any other
+    ("", ["pytest_v2", "sympy", "matplotlib", "seaborn", "pytest_options", "pytest"]),
+    # set: the dataset's, except where reports names the repository
+    ("    report: pytest\n    reports: { sympy/sympy: sympy }\n",
+     ["pytest", "sympy", "pytest", "pytest", "pytest", "pytest"])])
+def test_report_follows_the_harness_map_unless_set(tmp_path: Path, extra: str,
+                                                   reports: list[str]) -> None:
+    repos = ["astropy/astropy", "sympy/sympy", "matplotlib/matplotlib", "mwaskom/seaborn",
+             "psf/requests", "acme/widgets"]
+    jsonl(tmp_path / "data" / "tasks.jsonl", [record(f"t-{i}", repo=repo)
+                                               for i, repo in enumerate(repos)])
+    cat = load_catalogue([catalogue(tmp_path, extra=extra)])
+    assert [e.tests.report for e in cat.environments if e.tests] == reports
 
 
 def test_json_arrays_folders_and_globs(tmp_path: Path) -> None:
@@ -215,7 +232,7 @@ def test_entry_problems_point_at_the_catalogue(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("extra", "words"), [
-    ("    report: junitt\n", "unknown report 'junitt' (known: junit, django, pytest"),
+    ("    report: junitt\n", "unknown report 'junitt' (known: junit, django, matplotlib, pytest"),
     ("    image_field: name\n", "set exactly one of image (a template) or image_field"),
     ("    colour: red\n", "unknown key"),
 ])

@@ -343,10 +343,11 @@ class TestSpec(ControlledSpec):
         "SWE-bench record's base_commit), as the harness resets them; unset: HEAD"))
     report: ReportName = Field("junit", description=(
         "where outcomes come from: 'junit' (the JUnit XML report at junit_path), or a log "
-        "parser reading the command's output as the SWE-bench harness does: 'pytest' "
-        "(-rA lines), 'pytest_v2', 'pytest_options', 'django' (runtests.py --verbosity 2), "
-        "or one registered in the envcheck.test_log_parsers entry-point group. Log ids are "
-        "matched exactly"))
+        "parser reading the command's output as the SWE-bench harness (swebench 5.0.2) "
+        "does: 'pytest' (-rA lines), 'pytest_v2', 'pytest_options', 'django' (runtests.py "
+        "--verbosity 2), 'sympy' (bin/test --verbose), 'matplotlib', 'seaborn', or one "
+        "registered in the envcheck.test_log_parsers entry-point group. Log ids are matched "
+        "exactly"))
 
     @model_validator(mode="after")
     def _distinct_ids(self) -> TestSpec:

@@ -35,6 +35,7 @@ from envcheck.catalogue.keypaths import format_path
 from envcheck.catalogue.messages import describe_error
 from envcheck.catalogue.models import Environment, EnvironmentSettings
 from envcheck.catalogue.probe_specs import ReportName, TestSpec, repeated
+from envcheck.core.testlogs import HARNESS_REPO_PARSERS
 
 __all__ = ["SwebenchDataset", "SwebenchRecord", "expand"]
 
@@ -53,8 +54,10 @@ class SwebenchDataset(DatasetBase):
         "e.g. 'pytest -rA {test_files}' as the harness runs pytest"))
     commands: dict[str, str] = Field(default_factory=dict, description=(
         "per repository (the record's 'repo'): its test command; 'command' is the fallback"))
-    report: ReportName = Field("pytest", description="'junit' or a log parser: pytest, "
-                               "pytest_v2, pytest_options, django, or a registered one")
+    report: ReportName = Field("pytest", description=(
+        "'junit' or a log parser: pytest, pytest_v2, pytest_options, django, sympy, "
+        "matplotlib, seaborn, or a registered one; unset, a record of a repository the "
+        "SWE-bench harness knows gets the harness's parser for it, any other pytest"))
     reports: dict[str, ReportName] = Field(default_factory=dict, description=(
         "per repository: its report, as the harness maps a repository to its log parser; "
         "'report' is the fallback"))
@@ -157,6 +160,17 @@ class _Mapper:
             return self.entry.commands[record.repo]
         return self.entry.command or self.tests.get("command")
 
+    def report(self, repo: str | None) -> str:
+        """The repository's own report, else the dataset's if it sets one, else the
+        harness's parser for the repository, else pytest."""
+        entry = self.entry
+        if repo is not None and repo in entry.reports:
+            return entry.reports[repo]
+        harness = HARNESS_REPO_PARSERS.get(repo or "")
+        if "report" in entry.model_fields_set or harness is None:
+            return entry.report
+        return harness
+
     def environment(self, record: SwebenchRecord, raw: dict[str, Any],
                     problem: Callable[[str, str], None]) -> Environment | None:
         image, why = self.image(record, raw)
@@ -170,7 +184,7 @@ class _Mapper:
                             "commands, or set command)")
             return None
         oracle = {"patch": record.patch} if record.patch else self.tests.get("oracle")
-        report = self.entry.reports.get(record.repo or "", self.entry.report)
+        report = self.report(record.repo)
         # Reruns are shuffled only where the command takes the ids (the harness's commands take
         # test files): a reshuffled list the command ignores would reveal nothing.
         takes_ids = "{tests}" in command or "ENVCHECK_TEST_IDS" in command
