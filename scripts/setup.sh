@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One idempotent setup for envcheck: system packages, .venv (and .venv-swebench, the released
-# SWE-bench harness for one test), a Docker engine, the base image and the demo fleet. Safe to
-# run again and again: a second run skips everything that already exists and takes a few seconds.
+# One idempotent setup for envcheck: system packages, .venv, a Docker engine, the base image and
+# the demo fleet. Safe to run again and again: a second run skips everything that already exists
+# and takes a few seconds.
 #
 #   scripts/setup.sh
 #
@@ -105,24 +105,6 @@ if [[ $have_hash != "$project_hash" || -n $missing_extras ]]; then
   summary_venv="venv: installed .[$union]"
 fi
 
-# --- 2b. the released SWE-bench harness, for the parity test (tests/test_testlogs_parity.py) ---
-# Its own small virtualenv, so nothing of it reaches envcheck's: the package without its
-# dependencies (Docker's client, Modal, datasets: its log parsers and grading need none of them),
-# and unidiff, which its log_parsers package imports.
-SWEBENCH_VENV="$ROOT/.venv-swebench"
-SWEBENCH_PINS="swebench==5.0.2 unidiff==0.7.5"
-summary_swebench="swebench: up to date"
-if [[ "$(cat "$SWEBENCH_VENV/.envcheck-pins" 2>/dev/null)" != "$SWEBENCH_PINS" ]]; then
-  log "creating $SWEBENCH_VENV ($SWEBENCH_PINS, without their dependencies)"
-  rm -rf "$SWEBENCH_VENV"
-  python3 -m venv "$SWEBENCH_VENV"
-  # shellcheck disable=SC2086  # the pins are words
-  "$SWEBENCH_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-    $SWEBENCH_PINS
-  printf '%s\n' "$SWEBENCH_PINS" >"$SWEBENCH_VENV/.envcheck-pins"
-  summary_swebench="swebench: installed"
-fi
-
 # --- 3. Docker engine --------------------------------------------------------------------------
 command -v docker >/dev/null 2>&1 || die "docker CLI not found (apt-get install docker.io)"
 engine_up() { timeout 10 docker info >/dev/null 2>&1; }
@@ -164,5 +146,5 @@ images_out="$("$VENV/bin/python" scripts/build_images.py --base "$BASE_IMAGE")" 
 printf '%s\n' "$images_out" | grep -v 'up to date' | grep -v '^demo images:' || true
 summary_images="$(printf '%s\n' "$images_out" | tail -n 1)"
 
-log "ok in $(elapsed "$START") s: $summary_apt; $summary_venv; $summary_swebench; $summary_docker;" \
-    "$summary_base; $summary_images"
+log "ok in $(elapsed "$START") s: $summary_apt; $summary_venv; $summary_docker; $summary_base;" \
+    "$summary_images"

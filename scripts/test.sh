@@ -25,6 +25,22 @@ export ENVCHECK_EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard,ray,parquet}"
 # envcheck's own image and the stack's services image (tests/test_deploy_*.py); cached
 .venv/bin/python scripts/build_deploy_images.py
 
+# --- the released SWE-bench harness, for the parity test (tests/test_testlogs_parity.py) ------
+# Its own small virtualenv, so nothing of it reaches envcheck's: the package without its
+# dependencies (Docker's client, Modal, datasets: its log parsers and grading need none of them),
+# and unidiff, which its log_parsers package imports.
+SWEBENCH_VENV="$ROOT/.venv-swebench"
+SWEBENCH_PINS="swebench==5.0.2 unidiff==0.7.5"
+if [[ "$(cat "$SWEBENCH_VENV/.envcheck-pins" 2>/dev/null)" != "$SWEBENCH_PINS" ]]; then
+  log "creating $SWEBENCH_VENV ($SWEBENCH_PINS, without their dependencies)"
+  rm -rf "$SWEBENCH_VENV"
+  python3 -m venv "$SWEBENCH_VENV"
+  # shellcheck disable=SC2086  # the pins are words
+  "$SWEBENCH_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    $SWEBENCH_PINS
+  printf '%s\n' "$SWEBENCH_PINS" >"$SWEBENCH_VENV/.envcheck-pins"
+fi
+
 # --- PostgreSQL on 127.0.0.1:5432 (trust auth, database "test") -------------------------------
 pg_up() { command -v pg_isready >/dev/null 2>&1 && pg_isready -h 127.0.0.1 -p 5432 -t 3 >/dev/null 2>&1; }
 pg_test_db() {

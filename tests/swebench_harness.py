@@ -1,5 +1,5 @@
 """Runs the released SWE-bench harness's own log parsers and grading (swebench 5.0.2, from the
-separate virtualenv scripts/setup.sh makes: .venv-swebench) over log files, for the parity
+separate virtualenv scripts/test.sh makes: .venv-swebench) over log files, for the parity
 test (tests/test_testlogs_parity.py). Not a test module: that test runs it as
 
     .venv-swebench/bin/python -W error tests/swebench_harness.py < request.json

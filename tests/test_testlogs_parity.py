@@ -1,6 +1,6 @@
 """envcheck's log parsers against the released SWE-bench harness's own (swebench 5.0.2).
 
-The harness runs in its own virtualenv (.venv-swebench, made by scripts/setup.sh) through
+The harness runs in its own virtualenv (.venv-swebench, made by scripts/test.sh) through
 tests/swebench_harness.py; envcheck's parsers run here; both read the same files: real logs of
 SWE-bench Lite instances (tests/swebench_logs/real: before and after the gold patch, and after
 a hand-written wrong fix; tests/swebench_logs/README.md says how each was made) and crafted
