@@ -707,7 +707,7 @@ def test_other_sandboxes_keep_network_none(runtime: DockerRuntime) -> None:
     ({"url": "http://u:pw@127.0.0.1/"}, "password in the URL"),
     ({"schema": {"type": "nonsense"}}, "not a valid JSON Schema"),
     ({"method": "HEAD", "schema": {"type": "object"}}, "need a JSON body"),
-    ({"auth": {"header": "X-Key"}}, "exactly one of auth.env or auth.file"),
+    ({"auth": {"header": "X-Key"}}, "auth: set exactly one of env or file"),
     ({"headers": {"X-Trace": "a\r\nX-Injected: 1"}}, "not a valid header"),
 ], ids=["true", "empty", "bridge", "host", "none", "password", "schema", "head", "auth",
         "header"])

@@ -1,4 +1,5 @@
-"""Checks across catalogue files: environment, suite and data source ids are unique, and
+"""Checks across catalogue files: environment, suite and data source ids (and the registries
+credentials are given for) are unique, and
 every data source an environment uses is defined in some file.
 
 They run on the raw parsed data, not on the models, so that they are reported even for files
@@ -13,6 +14,7 @@ from typing import Any
 from envcheck.catalogue.fields import ID_PATTERN
 from envcheck.catalogue.handover import Taken
 from envcheck.catalogue.keypaths import KeyPath
+from envcheck.catalogue.registries import registry_host
 from envcheck.catalogue.yamlsrc import SourceDoc
 
 __all__ = ["CrossFileChecks"]
@@ -82,6 +84,10 @@ class CrossFileChecks:
         for i, source in _items(data, "data_sources"):
             if (sid := _str_id(source)) is not None:
                 ok &= self.claim(doc, "data source", ("data_sources", i, "id"), sid)
+        for i, registry in _items(data, "registries"):
+            host = registry.get("host")
+            if isinstance(host, str):  # one set of credentials per registry, in every file
+                ok &= self.claim(doc, "registry", ("registries", i, "host"), registry_host(host))
         for i, dataset in _items(data, "datasets"):
             if (did := _str_id(dataset)) is not None:
                 ok &= self.claim(doc, "dataset", ("datasets", i, "id"), did)

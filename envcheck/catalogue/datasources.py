@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_
 
 from envcheck.catalogue.fields import CatalogueModel, Ident, Schedule, Seconds
 
-__all__ = ["Auth", "DataSource", "Freshness", "InSandbox", "InSandboxOption"]
+__all__ = ["Auth", "DataSource", "Freshness", "InSandbox", "InSandboxOption", "SecretRef"]
 
 _ENV_VAR = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _HEADER = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # an HTTP token (RFC 9110)
@@ -30,27 +30,42 @@ _RESERVED_NETWORKS = {
 }
 
 
-class Auth(CatalogueModel):
-    """A data source's secret: read at probe time from an environment variable or a file
-    (exactly one), sent in a header or a query parameter; never stored, logged or shown."""
+class SecretRef(CatalogueModel):
+    """Where a secret is read at the moment it is needed: an environment variable or a file
+    (exactly one); the catalogue never holds the secret itself."""
 
     env: str | None = Field(None, pattern=_ENV_VAR,
                             description="environment variable holding the secret")
     file: str | None = Field(None, pattern=r"^/", description="file holding the secret "
                              "(surrounding whitespace dropped), e.g. /run/secrets/weather")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_the_secret(cls, value: Any) -> Any:
+        # Said without the value: what was written here may be the secret itself.
+        if not isinstance(value, dict):
+            raise ValueError("a secret is never written in the catalogue: name where it is "
+                             "read, {env: VAR} or {file: /run/secrets/NAME}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("set exactly one of env or file (a secret is never written in "
+                             "the catalogue)")
+        return self
+
+
+class Auth(SecretRef):
+    """A data source's secret: read at probe time from an environment variable or a file
+    (exactly one), sent in a header or a query parameter; never stored, logged or shown."""
+
     header: str = Field("Authorization", pattern=_HEADER, description="header carrying it")
     scheme: str = Field("Bearer", pattern=r"^[A-Za-z0-9._~+/-]*$", description=(
         "prefix of the header value: 'Bearer', 'Basic' (the secret is 'user:password', "
         "base64-encoded for you) or '' to send the secret as it is"))
     query: str | None = Field(None, min_length=1, description=(
         "send the secret as this query parameter instead of a header"))
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Auth:
-        if (self.env is None) == (self.file is None):
-            raise ValueError("set exactly one of auth.env or auth.file (a secret is never "
-                             "written in the catalogue)")
-        return self
 
 
 class Freshness(CatalogueModel):

@@ -13,6 +13,7 @@ from envcheck.catalogue.datasets import DatasetEntry
 from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.fields import CatalogueModel, Ident
 from envcheck.catalogue.models import SuiteEntry
+from envcheck.catalogue.registries import RegistryCredentials
 
 __all__ = ["CatalogueFile"]
 
@@ -27,3 +28,6 @@ class CatalogueFile(CatalogueModel):
     data_sources: list[DataSource] = Field(default_factory=list)
     datasets: list[DatasetEntry] = Field(default_factory=list, description=(  # type: ignore[valid-type]
         "instance files or task folders whose tasks join a suite as environments"))
+    registries: list[RegistryCredentials] = Field(default_factory=list, description=(
+        "credentials for the registries of watched images (pull: watch); without an entry, "
+        "a registry's credentials are read as the Docker CLI reads them"))

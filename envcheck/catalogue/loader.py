@@ -33,6 +33,7 @@ from envcheck.catalogue.models import (
     Suite,
 )
 from envcheck.catalogue.outline import at, in_file_order, split_environments
+from envcheck.catalogue.registries import RegistryCredentials
 from envcheck.catalogue.sharing import Sharing
 from envcheck.catalogue.sourcefile import file_kind, read_source
 from envcheck.catalogue.sourcelimits import SourceLimits
@@ -195,6 +196,7 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
     suites: list[Suite] = []
     environments: list[Environment] = []
     sources: list[DataSource] = []
+    registries: list[RegistryCredentials] = []
     defaults: dict[str, EnvironmentSettings] = {}
     datasets: list[tuple[SourceDoc, int, DatasetBase]] = []
     for file in files:
@@ -217,6 +219,7 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
             continue
         environments.extend(resolved)
         sources.extend(parsed.data_sources)
+        registries.extend(parsed.registries)
         datasets.extend((doc, i, entry) for i, entry in enumerate(parsed.datasets))
         for suite_id, entry in parsed.suites.items():
             defaults[suite_id] = entry.defaults
@@ -234,7 +237,8 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
     if issues:
         raise CatalogueError(issues)
     return Catalogue(suites=tuple(suites), environments=tuple(environments),
-                     data_sources=tuple(sources), files=tuple(str(f) for f in files),
+                     data_sources=tuple(sources), registries=tuple(registries),
+                     files=tuple(str(f) for f in files),
                      dataset_files=tuple(read))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -23,6 +23,7 @@ from envcheck.catalogue.probe_specs import (
     Strength,
     TestSpec,
 )
+from envcheck.catalogue.registries import ImageReference, RegistryCredentials
 from envcheck.core.results import ProbeKind
 
 __all__ = [
@@ -64,6 +65,9 @@ class Schedules(CatalogueModel):
     dependencies: Schedule | None = 3600.0
     tests: Schedule | None = 21600.0
     datasource: Schedule | None = 300.0
+    watch: Schedule | None = Field(300.0, description=(
+        "how often a watched image's tag is looked up in its registry (pull: watch): one "
+        "HEAD, no pull, no container"))
     jitter_s: float = Field(30.0, ge=0)
     quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined")
 
@@ -114,11 +118,17 @@ class EnvironmentSettings(CatalogueModel):
     data_sources_in_sandbox: InSandboxOption = Field(None, description=(
         "probe this environment's data sources from inside its image, on this network"))
     labels: dict[str, str] = Field(default_factory=dict)
+    pull: Literal["never", "watch"] = Field("never", description=(
+        "'never': the image must be on the host (built or pulled by you); 'watch': envcheck "
+        "follows the image's tag in its registry (a HEAD per look), pulls the digest it saw "
+        "when a probe needs it, and keeps its pulls under the image cache's budget"))
+    keep: bool = Field(False, description=(
+        "pinned in envcheck's image cache: once pulled, never evicted"))
 
 
 class EnvironmentEntry(EnvironmentSettings):
     id: Ident
-    image: str = Field(min_length=1)
+    image: ImageReference
 
 
 class Environment(EnvironmentEntry):
@@ -211,6 +221,7 @@ class Catalogue(CatalogueModel):
     environments: tuple[Environment, ...]
     data_sources: tuple[DataSource, ...]
     files: tuple[str, ...]
+    registries: tuple[RegistryCredentials, ...] = ()
     dataset_files: tuple[str, ...] = ()  # the instance files the datasets expanded from
 
     def environment(self, env_id: str) -> Environment:

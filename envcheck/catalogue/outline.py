@@ -20,7 +20,7 @@ __all__ = ["at", "in_file_order", "split_environments"]
 
 # The order pydantic checks a catalogue file in: its fields as declared, then unknown keys;
 # in a suite, the key, its fields before ``environments``, its environments, unknown keys.
-_TOP = {"version": 0, "suites": 1, "data_sources": 2, "datasets": 3}
+_TOP = {"version": 0, "suites": 1, "data_sources": 2, "datasets": 3, "registries": 4}
 _UNKNOWN = len(_TOP)
 _BEFORE_ENVIRONMENTS = frozenset({"[key]", "description", "allow_degraded", "defaults"})
 

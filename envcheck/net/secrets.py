@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
-from envcheck.catalogue.datasources import Auth
+from envcheck.catalogue.datasources import Auth, SecretRef
 from envcheck.core.errors import SecretUnavailable
 
 __all__ = ["REDACTED", "Redactor", "auth_header", "read_secret", "redact_url", "secrets_in_use"]
@@ -35,7 +35,7 @@ _HTTP_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry", "urllib3.respon
                  "urllib3.poolmanager", "urllib3.connection")
 
 
-def read_secret(auth: Auth) -> str:
+def read_secret(auth: SecretRef) -> str:
     """The secret's value, surrounding whitespace dropped; never part of any message."""
     if auth.env is not None:
         value = os.environ.get(auth.env, "")
