@@ -53,6 +53,7 @@ from envcheck.catalogue.models import Catalogue
 from envcheck.core.depth import DEFAULT_HOST_SAMPLE_S
 from envcheck.core.errors import CatalogueError
 from envcheck.core.memory import give_back
+from envcheck.core.outages import StoreOutages, every
 from envcheck.core.readiness import Readiness
 from envcheck.core.results import ProbeKind
 from envcheck.executors.base import ExecutorConfig
@@ -178,24 +179,29 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     lease.guard(store.engine)
     stop, lost = threading.Event(), threading.Event()
     lease.watch(stop, lambda _holder: _stop_for_another(lost))  # the watch logs who
-    executor = wait_for_executor(config.executor, stop, shapes=store)  # local: connects, reaps
+    outages = StoreOutages()  # what the store being unavailable stops, said once per outage
+    executor = wait_for_executor(config.executor, stop, shapes=store,  # local: connects, reaps
+                                 outages=outages)
     interrupted = store.interrupt_stale_runs(daemon_runs=True)  # under the lease: no other
     reaped = executor.reaped if isinstance(executor, LocalExecutor) else 0  # ray: per node
     log.info("daemon starting", extra={"environments": len(catalogue.environments),
                                        "reaped": reaped, "interrupted_runs": interrupted,
                                        "port": config.port})
     notifier = Notifier(store, config.webhooks, external_url=config.external_url
-                        or f"http://{config.host}:{config.port}") if config.webhooks else None
+                        or f"http://{config.host}:{config.port}",
+                        outages=outages) if config.webhooks else None
     # Ray: one waiting thread per docker slot of the cluster; Ray places and bounds the work
     concurrency = max(config.concurrency, executor.capacity())
     assessment = StoreAssessment(store, looks=RolloutLooks(store, config.rollouts))
     scheduler = ProbeScheduler(catalogue, executor, store, concurrency=concurrency,
                                per_image=config.per_image, window_s=config.window_s,
                                services=partial(_services,
-                                                samples=HostSamples(config.host_sample_s)),
+                                                samples=HostSamples(config.host_sample_s),
+                                                outages=outages),
                                assessment=assessment,
                                on_cycle=notifier.wake if notifier is not None else None,
-                               budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)))
+                               budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)),
+                               outages=outages)
     # before the scheduler starts: the probe counters count from here
     metrics = StoreMetrics(store, scheduler,
                            per_environment=config.metrics_series == "environment")
@@ -206,14 +212,15 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     _settle()
     give_back()  # what the start's reads and syncs freed
     if isinstance(executor, LocalExecutor):
-        _every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
-               "looking for leftover containers failed")
-    _every("envcheck-rollouts", config.window_s, stop,
+        every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
+               "looking for leftover containers", outages)
+    every("envcheck-rollouts", config.window_s, stop,
            _rollout_look(assessment, scheduler, notifier.wake if notifier else None),
-           "judging the rollouts failed")
+           "judging the rollouts", outages, "judged once it is back")
     if config.prune_every_s > 0:
-        _every("envcheck-prune", config.prune_every_s, stop, _pruner(store, config.retention),
-               "pruning the store failed", first_s=min(PRUNE_FIRST_S, config.prune_every_s))
+        every("envcheck-prune", config.prune_every_s, stop, _pruner(store, config.retention),
+               "pruning the store", outages, "pruned at the next round",
+               first_s=min(PRUNE_FIRST_S, config.prune_every_s))
     # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal it caught to
     # the handler installed before it: this one, so the shutdown below runs instead of the
     # default action killing the process mid-cleanup.
@@ -287,28 +294,12 @@ def _settle() -> None:
     gc.freeze()
 
 
-def _services(catalogue: Catalogue, store: Store, samples: HostSamples) -> Services:
+def _services(catalogue: Catalogue, store: Store, samples: HostSamples,
+              outages: StoreOutages) -> Services:
     """The probes' collaborators, with the depth and reuse advice from the store's
     evidence (``samples`` outlives a reload: the host's sampling keeps its pace)."""
     return build_services(catalogue, store, StoreDepth(store).advice,
-                          StoreReuse(store, samples=samples).advice)
-
-
-def _every(name: str, interval_s: float, stop: threading.Event, work: Callable[[], object],
-           failed: str, first_s: float | None = None) -> None:
-    """Run ``work`` every ``interval_s`` (the first time after ``first_s``) in a thread of
-    its own until ``stop``; a failure is logged and the next round tries again."""
-
-    def loop() -> None:
-        wait = interval_s if first_s is None else first_s
-        while not stop.wait(wait):  # periodic work until stop, not a retry
-            wait = interval_s
-            try:
-                work()
-            except Exception:  # never let the daemon die of its upkeep
-                log.exception(failed)
-
-    threading.Thread(target=loop, name=name, daemon=True).start()
+                          StoreReuse(store, samples=samples).advice, outages)
 
 
 def _rollout_look(assessment: StoreAssessment, scheduler: ProbeScheduler,

@@ -124,11 +124,13 @@ class EngineProxy(SocketProxy):
 
 
 class TcpProxy(SocketProxy):
-    """A port of its own on 127.0.0.1 before a server's port there."""
+    """A port of its own on 127.0.0.1 (``listen``, or any free one) before a server's port
+    there."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, listen: int = 0) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart's port
+        listener.bind(("127.0.0.1", listen))
         self.port: int = listener.getsockname()[1]
 
         def connect() -> socket.socket:
@@ -137,3 +139,24 @@ class TcpProxy(SocketProxy):
             return upstream
 
         super().__init__(listener, connect)
+
+
+class TcpServer:
+    """A server's port on 127.0.0.1 behind a proxy that can be cut (the server stops: live
+    connections drop, new ones are refused) and restored (it starts again at the same
+    port)."""
+
+    def __init__(self, port: int) -> None:
+        self._upstream = port
+        self.proxy = TcpProxy(port)
+        self.port = self.proxy.port
+
+    def cut(self) -> None:
+        self.proxy.cut()
+
+    def restore(self) -> None:
+        self.proxy.close()
+        self.proxy = TcpProxy(self._upstream, listen=self.port)
+
+    def close(self) -> None:
+        self.proxy.close()

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from envcheck.api.app import create_app, serve_in_thread
+from envcheck.api.routes.rollouts import DRAIN_BYTES
 from envcheck.catalogue.models import Environment
 from envcheck.rollouts.batch import MAX_BODY_BYTES, MAX_RECORDS
 from envcheck.store import Store, open_store
@@ -296,14 +297,14 @@ def test_too_many_records_or_bytes_are_413_and_an_unknown_encoding_415(api: Api)
     bomb = gzip.compress(b"[" + b" " * (MAX_BODY_BYTES + 10) + b"]")
     inflated = api.post(bomb, headers={"Content-Encoding": "gzip"})
     assert inflated.status_code == 413 and "inflates" in inflated.json()["reason"]
-    # a declared length past the bound: answered before the body is read
+    # a declared length past the bound of what is read to answer: answered before the body
     parts = urlsplit(api.url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     try:
         conn.putrequest("POST", "/v1/rollouts")
         conn.putheader("Authorization", AUTH["Authorization"])
         conn.putheader("Content-Type", "application/json")
-        conn.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+        conn.putheader("Content-Length", str(DRAIN_BYTES + 1))
         conn.endheaders()
         declared = conn.getresponse()
         assert declared.status == 413

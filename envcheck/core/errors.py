@@ -7,6 +7,9 @@
     ├── ConfigError (ValueError)           a setting the user gave (a path, an environment
     │                                       variable) cannot be used: bad input, like the above
     ├── StoreError                          the result store is unreachable or inconsistent
+    │   └── StoreUnavailable                for the store's own state, not the operation's (it
+    │                                       does not answer, dropped the connection, is full or
+    │                                       locked, or this daemon's lease is lost): it passes
     ├── LeaseHeld                           another daemon holds the store's lease (one writer
     │                                       per store): refused, like bad input
     └── InfraError                          envcheck's infrastructure failed; maps to Status.ERROR
@@ -50,6 +53,7 @@ __all__ = [
     "SandboxStartFailed",
     "SecretUnavailable",
     "StoreError",
+    "StoreUnavailable",
 ]
 
 
@@ -85,6 +89,17 @@ class ConfigError(EnvcheckError, ValueError):
 
 class StoreError(EnvcheckError):
     pass
+
+
+class StoreUnavailable(StoreError):
+    """The store could not take an operation for its own state, not for the operation: it
+    does not answer, dropped the connection, is full or locked, or this daemon's lease on it
+    is lost. It passes: the same operation may succeed later. ``reason``: the store's own
+    words, one line; ``where``: which store (its URL, password masked)."""
+
+    def __init__(self, message: str, reason: str, where: str = "") -> None:
+        super().__init__(message)
+        self.reason, self.where = reason, where
 
 
 class LeaseHeld(EnvcheckError):

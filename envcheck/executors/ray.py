@@ -39,6 +39,7 @@ from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.depth import DepthAdvice
 from envcheck.core.errors import ExecutorUnavailable, InfraError
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind, ProbeResult, Reason
 from envcheck.executors.base import RayOptions, infra_results
 from envcheck.executors.cycle import ResultSink, Services
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 PIN_AMOUNT = 0.001
 _POLL_S = 1.0
 _NODES_TTL_S = 5.0
+# what the store's outages stop here, in the caller (said once per outage)
+_SHAPES_READ = "reading accepted shapes"
+_SHAPES_WRITE = "keeping observed shapes"
 _KIND_ORDER = {kind: i for i, kind in enumerate(ProbeKind)}
 
 
@@ -125,9 +129,10 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, options: RayOptions, *, shapes: ShapeStore | None = None,
-                 owns_ray: bool = False) -> None:
+                 owns_ray: bool = False, outages: StoreOutages | None = None) -> None:
         self._options = options
         self._owns = owns_ray
+        self._outages = outages or StoreOutages()  # the store not answering, said once
         # The caller's store, written here in the caller: nodes only return observations.
         self._shapes = ThrottledShapes(shapes, SYSTEM_CLOCK) if shapes is not None else None
         self._store = shapes
@@ -137,11 +142,12 @@ class RayExecutor:
         self._nodes_lock = threading.Lock()
 
     @classmethod
-    def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None) -> RayExecutor:
+    def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None,
+                outages: StoreOutages | None = None) -> RayExecutor:
         """Join the running cluster (or use the Ray this process already joined); never
         start one: a cluster is the operator's (``ray start``)."""
         if ray.is_initialized():
-            return cls(options, shapes=shapes)
+            return cls(options, shapes=shapes, outages=outages)
         address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
         if address != "auto":
             _preflight(address, options.connect_timeout_s)
@@ -151,7 +157,7 @@ class RayExecutor:
         except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
             raise ExecutorUnavailable(f"cannot join the Ray cluster at {address}: {exc}"
                                       ) from exc
-        executor = cls(options, shapes=shapes, owns_ray=True)
+        executor = cls(options, shapes=shapes, owns_ray=True, outages=outages)
         if executor.capacity() == 0:
             executor.close()
             raise ExecutorUnavailable(f"no live Ray node declares the "
@@ -274,9 +280,12 @@ class RayExecutor:
             return None
         try:
             record = self._store.accepted_shape(source_id)
-        except Exception:  # the store is the caller's business; the probe reports drift
-            log.exception("reading the accepted shape of %s failed", source_id)
+        except Exception as exc:  # the store is the caller's business; the probe reports drift
+            if not self._outages.failed(_SHAPES_READ, exc, then="sources sampled without "
+                                        "their accepted shape"):
+                log.exception("reading the accepted shape of %s failed", source_id)
             return None
+        self._outages.ran(_SHAPES_READ)
         return Shape(record.fingerprint, record.shape) if record is not None else None
 
     def _submit(self, job: _Job) -> Ref:
@@ -332,8 +341,11 @@ class RayExecutor:
             try:
                 self._shapes.observe_shape(o.source_id, o.fingerprint, o.shape, o.at,
                                            count=o.count, auto_accept=o.auto_accept)
-            except Exception:  # a lost fingerprint write must not lose the result
-                log.exception("writing the shape of %s failed", o.source_id)
+            except Exception as exc:  # a lost fingerprint write must not lose the result
+                if not self._outages.failed(_SHAPES_WRITE, exc, then="shapes seen not kept"):
+                    log.exception("writing the shape of %s failed", o.source_id)
+            else:
+                self._outages.ran(_SHAPES_WRITE)
 
     def _stranded(self, pending: Mapping[Ref, _Job]) -> list[Ref]:
         """Tasks that no live node could take for longer than the grace period."""

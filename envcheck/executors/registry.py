@@ -21,6 +21,7 @@ from envcheck.executors.base import Executor, ExecutorConfig, ExecutorKind
 from envcheck.executors.local import LocalExecutor
 
 if TYPE_CHECKING:
+    from envcheck.core.outages import StoreOutages
     from envcheck.kinds.datasource.sampling import ShapeStore
 
 __all__ = ["open_executor", "wait_for_executor"]
@@ -28,22 +29,25 @@ __all__ = ["open_executor", "wait_for_executor"]
 log = logging.getLogger(__name__)
 
 
-def open_executor(config: ExecutorConfig, *, shapes: ShapeStore | None = None) -> Executor:
+def open_executor(config: ExecutorConfig, *, shapes: ShapeStore | None = None,
+                  outages: StoreOutages | None = None) -> Executor:
     """The configured executor, connected. Raises ``EngineUnreachable`` (local) or
     ``ExecutorUnavailable`` (ray) when it has nowhere to run checks.
 
     ``shapes`` is where data-source fingerprints are read and written (the store): remote
-    checks return what they observed and the executor writes it here, in the caller.
+    checks return what they observed and the executor writes it here, in the caller;
+    ``outages``: where it says, once per outage, that the store does not answer.
     """
     if config.kind is ExecutorKind.LOCAL:
         return LocalExecutor.from_env(config.concurrency)
     from envcheck.executors.ray import RayExecutor  # the only place Ray is ever imported
 
-    return RayExecutor.connect(config.ray, shapes=shapes)
+    return RayExecutor.connect(config.ray, shapes=shapes, outages=outages)
 
 
 def wait_for_executor(config: ExecutorConfig, stop: threading.Event, *,
                       shapes: ShapeStore | None = None,
+                      outages: StoreOutages | None = None,
                       max_wait_s: float | None = None) -> Executor:
     """:func:`open_executor` for a daemon: the engine or the cluster may come up after us.
     Retries with backoff (1 s doubling to 30 s) until ``stop`` or until the waits add up to
@@ -67,4 +71,4 @@ def wait_for_executor(config: ExecutorConfig, stop: threading.Event, *,
                         stop=give_up,
                         wait=wait_exponential(multiplier=1.0, max=30.0),
                         sleep=pause, before_sleep=log_retry, reraise=True)
-    return retrying(open_executor, config, shapes=shapes)
+    return retrying(open_executor, config, shapes=shapes, outages=outages)

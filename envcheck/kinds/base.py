@@ -17,7 +17,8 @@ from typing import Any, ClassVar, TypeVar
 from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK, Clock
 from envcheck.core.depth import Depth, DepthAdvice
-from envcheck.core.errors import ComposeFailed, InfraError, SandboxStartFailed
+from envcheck.core.errors import ComposeFailed, InfraError, SandboxStartFailed, StoreUnavailable
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds.reuse import ReuseAdvisor, with_depth
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
@@ -26,6 +27,8 @@ from envcheck.sandbox.compose_project import ComposedTask
 __all__ = ["Probe", "ProbeContext", "Services", "Verdict"]
 
 log = logging.getLogger(__name__)
+# where a store outage is said when the composition root gave no StoreOutages of its own
+_OUTAGES = StoreOutages()
 # Cycle-wide collaborators by type, built by the composition root (see ProbeContext.service).
 Services = Mapping[type[Any], object]
 T = TypeVar("T")
@@ -132,6 +135,7 @@ class Probe(ABC):
         # The start is taken before the check and carried into the result: a result is made
         # when the probe ends, so any clock read there would be its end, not its start.
         started_at, started = ctx.clock.now(), ctx.clock.monotonic()
+        outages, part = ctx.service(StoreOutages) or _OUTAGES, f"{self.kind} probes"
         try:
             if not self.applies(ctx.env):
                 verdict = Verdict(Status.SKIP, Reason.NOT_APPLICABLE,
@@ -149,10 +153,16 @@ class Probe(ABC):
             verdict = Verdict(Status.ERROR, exc.reason, str(exc))
         except MemoryError:
             verdict = Verdict(Status.ERROR, Reason.CHECKER_OOM, "envcheck ran out of memory")
+        except StoreUnavailable as exc:  # what it reads of the store (a source's shape)
+            outages.failed(part, exc, then="their results are errors")
+            verdict = Verdict(Status.ERROR, Reason.CHECKER_CRASHED,
+                              f"envcheck's store is unavailable: {exc.reason}")
         except Exception as exc:  # a bug in envcheck must not read as a broken environment
             log.exception("probe %s crashed on %s", self.kind, ctx.env.id)
             verdict = Verdict(Status.ERROR, Reason.CHECKER_CRASHED,
                               f"envcheck failed: {type(exc).__name__}: {exc}")
+        else:
+            outages.ran(part)
         if self.uses_engine and verdict.status in (Status.FAIL, Status.FLAKY):
             verdict = self._confirm_engine(ctx, verdict)
         return self.result(ctx.env, verdict, ctx.clock.monotonic() - started, ctx.image_digest,

@@ -11,6 +11,7 @@ from typing import Any
 
 from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.depth import DepthAdvice
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind
 from envcheck.kinds.adversarial.ledger import ControlsLedger, PriorEvidence
 from envcheck.kinds.base import Services
@@ -23,22 +24,25 @@ __all__ = ["build_services"]
 
 def build_services(catalogue: Catalogue, shapes: ShapeStore,
                    depth: Callable[[Environment], DepthAdvice | None] | None = None,
-                   reuse: Callable[[Environment, ProbeKind], DepthAdvice | None] | None = None
-                   ) -> Services:
+                   reuse: Callable[[Environment, ProbeKind], DepthAdvice | None] | None = None,
+                   outages: StoreOutages | None = None) -> Services:
     """``shapes``: where data-source fingerprints are kept (the result store); a store that
     also keeps earlier results lets the adversarial controls reuse their evidence.
     ``depth``: the depth advice for an environment's tests probe (``feed.depth.StoreDepth``);
     without it every tests probe validates in full. ``reuse``: whether a terminal or
     dependencies probe may stand on its evidence (``feed.reuse.StoreReuse``); without it
-    every such probe starts a container."""
+    every such probe starts a container. ``outages``: where the parts that read the store
+    say, once per outage, that it is unavailable (the probes find it too)."""
     from envcheck.kinds.datasource.probe import DataSourceChecker
 
+    outages = outages or StoreOutages()
     services: dict[type[Any], object] = {
-        DataSourceChecker: DataSourceChecker(catalogue.data_sources, shapes)}
+        DataSourceChecker: DataSourceChecker(catalogue.data_sources, shapes),
+        StoreOutages: outages}
     if isinstance(shapes, PriorEvidence):
-        services[ControlsLedger] = ControlsLedger(shapes)
+        services[ControlsLedger] = ControlsLedger(shapes, outages)
     if depth is not None:
-        services[DepthAdvisor] = DepthAdvisor(depth)
+        services[DepthAdvisor] = DepthAdvisor(depth, outages)
     if reuse is not None:
-        services[ReuseAdvisor] = ReuseAdvisor(reuse)
+        services[ReuseAdvisor] = ReuseAdvisor(reuse, outages)
     return services

@@ -16,6 +16,7 @@ from typing import Any
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.depth import DEPTH_KEY, Depth, DepthAdvice
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind
 
 __all__ = ["ReuseAdvisor", "depth_record"]
@@ -25,19 +26,28 @@ log = logging.getLogger(__name__)
 Advise = Callable[[Environment, ProbeKind], DepthAdvice | None]
 
 
+PART = "reuse advice"
+
+
 class ReuseAdvisor:
-    def __init__(self, advise: Advise) -> None:
+    """``outages``: where a store that does not answer is said, once per outage."""
+
+    def __init__(self, advise: Advise, outages: StoreOutages | None = None) -> None:
         self._advise = advise
+        self._outages = outages or StoreOutages()
 
     def lookup(self, env: Environment, kind: ProbeKind) -> DepthAdvice | None:
         """The advice for ``env``'s next probe of ``kind``, for the identity its evidence is
         for; None (a full probe, nothing proven) if the lookup fails: a store that does not
         answer must cost a container, never evidence."""
         try:
-            return self._advise(env, kind)
-        except Exception:
-            log.exception("reuse advice for %s %s failed: probing in full", env.id, kind)
+            advice = self._advise(env, kind)
+        except Exception as exc:
+            if not self._outages.failed(PART, exc, then="probing in full"):
+                log.exception("reuse advice for %s %s failed: probing in full", env.id, kind)
             return None
+        self._outages.ran(PART)
+        return advice
 
     def advice(self, env: Environment, kind: ProbeKind, image_digest: str | None
                ) -> DepthAdvice | None:

@@ -45,6 +45,7 @@ from tenacity import (
     wait_random,
 )
 
+from envcheck.core.outages import StoreOutages
 from envcheck.feed.assess import CycleOutcome
 from envcheck.net.http import new_session
 from envcheck.notify.config import WebhookConfig
@@ -86,8 +87,10 @@ class _Worker:
     """Delivers to one webhook, in order, from its cursors in the store."""
 
     def __init__(self, store: Store, transport: WebhookTransport, policy: RetryPolicy,
-                 poll_s: float, closing: threading.Event, halt: threading.Event) -> None:
+                 poll_s: float, closing: threading.Event, halt: threading.Event,
+                 outages: StoreOutages) -> None:
         self.store, self.transport, self.hook = store, transport, transport.hook
+        self.outages, self.part = outages, f"notifying webhook {transport.hook.name}"
         self.poll_s, self.closing, self.halt = poll_s, closing, halt
         self.wake = threading.Event()
         self.t_cursor, self.i_cursor = store.register_webhook(self.hook.id, self.hook.name,
@@ -107,9 +110,12 @@ class _Worker:
             try:
                 self._sync()
             except Exception as exc:  # the store, a bug: log, back off, carry on
-                log.error("notifier error", extra={"webhook": self.hook.name,
-                                                    "error": self.transport.redact(repr(exc))})
+                if not self.outages.failed(self.part, exc, then="alerts wait in the store"):
+                    log.error("notifier error", extra={
+                        "webhook": self.hook.name, "error": self.transport.redact(repr(exc))})
                 self.halt.wait(self._max_backoff)
+            else:
+                self.outages.ran(self.part)
             if closing:
                 return
             self.wake.wait(self.poll_s)
@@ -228,8 +234,10 @@ class Notifier:
 
     def __init__(self, store: Store, webhooks: Sequence[WebhookConfig], *, external_url: str,
                  policy: RetryPolicy | None = None, poll_s: float = 5.0,
-                 session_factory: Callable[[], requests.Session] = new_session) -> None:
+                 session_factory: Callable[[], requests.Session] = new_session,
+                 outages: StoreOutages | None = None) -> None:
         self._store, self._hooks, self._external_url = store, tuple(webhooks), external_url
+        self._outages = outages or StoreOutages()  # the store not answering, said once
         self._policy, self._poll_s = policy or RetryPolicy(), poll_s
         self._session_factory = session_factory
         self._closing, self._halt = threading.Event(), threading.Event()
@@ -242,7 +250,7 @@ class Notifier:
             self._sessions.append(session)
             transport = TRANSPORTS[hook.format](hook, session, self._external_url)
             self._workers.append(_Worker(self._store, transport, self._policy, self._poll_s,
-                                         self._closing, self._halt))
+                                         self._closing, self._halt, self._outages))
         for worker in self._workers:
             worker.thread.start()
         log.info("notifier started", extra={"webhooks": [h.name for h in self._hooks]})

@@ -10,6 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from envcheck.store import Store
 from envcheck.store.core_tables import RESULTS, RUNS, STATES
+from envcheck.store.database import redact
 from envcheck.store.sql import operation_failed
 from envcheck.store.tables.runs import RunState
 
@@ -23,7 +24,7 @@ def _rows(store: Store, query: Any) -> list[Any]:
         with store.engine.connect() as conn:
             return list(conn.execute(query))
     except SQLAlchemyError as exc:
-        raise operation_failed(exc) from exc
+        raise operation_failed(exc, redact(store.engine.url)) from exc
 
 
 def unassessed_env_ids(store: Store) -> set[str]:

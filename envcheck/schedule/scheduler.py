@@ -55,6 +55,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import StoreError
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind
 from envcheck.executors.base import Executor
 from envcheck.executors.cycle import Services
@@ -78,6 +79,7 @@ log = logging.getLogger(__name__)
 
 WINDOW_JOB = "envcheck:window"
 CATCH_UP_JOB = "envcheck:catch-up"
+READING = "reading the fleet's states"  # what a store outage stops here (said once)
 
 
 class ProbeScheduler:
@@ -87,8 +89,11 @@ class ProbeScheduler:
                  assessment: Assessment,
                  on_cycle: Callable[[], None] | None = None,
                  writes: PendingWrites | None = None,
-                 budget: BudgetLimits | None = None) -> None:
+                 budget: BudgetLimits | None = None,
+                 outages: StoreOutages | None = None) -> None:
         self._catalogue = catalogue
+        # what the store being unavailable stops, said once per outage
+        self._outages = outages or StoreOutages()
         self._store = store
         # runs and results go through here: held while the store refuses writes
         self._writes = writes or PendingWrites(store)
@@ -104,7 +109,8 @@ class ProbeScheduler:
         self._stopping = threading.Event()
         self._ledger = Ledger({env.id: env for env in catalogue.environments})
         self._windows = Windows(self._lock, self._writes, assessment, self._ledger,
-                                lambda: list(self._catalogue.files), self._assessed)
+                                lambda: list(self._catalogue.files), self._assessed,
+                                self._outages)
         self._workers = Workers(
             self._lock, self._stopping, self._ledger, self._windows, executor, self._writes,
             concurrency=concurrency, per_image=per_image, budget=budget or BudgetLimits(),
@@ -255,16 +261,24 @@ class ProbeScheduler:
                     if self._store.generation() != self._ledger.generation:
                         self._jobs.reschedule(self._refresh_states())  # e.g. a manual quarantine
                 except StoreError as exc:
-                    log.error("store unreadable", extra={"error": store_reason(exc)})
+                    self._unreadable(exc)
+                else:
+                    self._outages.ran(READING)
             return outcome
+
+    def _unreadable(self, exc: StoreError) -> None:
+        if not self._outages.failed(READING, exc, then="probing at the rates last read"):
+            log.error("store unreadable", extra={"error": store_reason(exc)})
 
     def _assessed(self) -> None:
         """A window assessed: the states, priorities and probing rates follow."""
         try:
             changed = self._refresh_states()
         except StoreError as exc:
-            log.error("store unreadable", extra={"error": store_reason(exc)})
+            self._unreadable(exc)
             changed = set()
+        else:
+            self._outages.ran(READING)
         if not self._stopping.is_set():
             self._jobs.reschedule(changed)
         if self._on_cycle is not None:

@@ -15,18 +15,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from envcheck.core.errors import StoreError
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import Previous, ProbeResult
 from envcheck.schedule.assessment import Assessment, WindowOutcome
 from envcheck.schedule.ledger import Ledger
 from envcheck.store.pending import DEFAULT_LIMIT, PendingWrites, store_reason
 
-__all__ = ["Window", "Windows"]
+__all__ = ["ASSESSING", "WRITING", "Window", "Windows"]
 
 # the scheduler's one logger, whichever of its modules speaks
 log = logging.getLogger("envcheck.schedule.scheduler")
 
 # Results kept in memory by windows waiting for the store (besides those it holds).
 WAITING_RESULTS_MAX = DEFAULT_LIMIT
+# what a store outage stops here (said once per outage)
+WRITING = "writing results"
+ASSESSING = "assessing windows"
 
 
 @dataclass(eq=False)
@@ -42,12 +46,14 @@ class Window:
 class Windows:
     """The open window is guarded by the scheduler's ``lock``; the closed ones are touched
     only by whoever closes a window (one at a time). ``files()`` names the catalogue files
-    of a new run; ``assessed()`` runs after each window is assessed."""
+    of a new run; ``assessed()`` runs after each window is assessed; ``outages``: where the
+    store being unavailable is said, once per outage."""
 
     def __init__(self, lock: threading.Lock, writes: PendingWrites, assessment: Assessment,
                  ledger: Ledger, files: Callable[[], list[str]],
-                 assessed: Callable[[], None]) -> None:
+                 assessed: Callable[[], None], outages: StoreOutages) -> None:
         self._lock = lock
+        self._outages = outages
         self._records_done = threading.Condition(lock)
         self._writes = writes
         self._assessment = assessment
@@ -112,10 +118,16 @@ class Windows:
     def flush_held(self) -> None:
         held = self._writes.held
         if self._writes.flush():
-            if held:
+            # after an outage its line says so; else results held a moment are news
+            if not self._outages.ran(WRITING, written=held) and held:
                 log.info("held results written", extra={"results": held})
             return
         self._bound_waiting()
+        refusal = self._writes.refusal
+        if refusal is not None and self._outages.failed(
+                WRITING, refusal, then="results held in memory, written in order once it "
+                "takes writes again"):
+            return
         log.error("store not writable: results held", extra={
             "held": self._writes.held, "dropped": self._writes.dropped,
             "windows_unassessed": len(self._waiting), "error": self._writes.error})
@@ -148,6 +160,9 @@ class Windows:
             except (StoreError, OSError) as exc:  # e.g. the exports, on a full disk
                 if isinstance(exc, StoreError):
                     self._writes.note_failure(exc)
+                if self._outages.failed(ASSESSING, exc, then="windows wait, assessed in order "
+                                        "once it is back"):
+                    break
                 log.error("window not assessed yet: the store refuses writes",
                           extra={"run": window.run_id, "windows_unassessed": len(self._waiting),
                                  "error": store_reason(exc) if isinstance(exc, StoreError)
@@ -163,6 +178,7 @@ class Windows:
         assert window.run_id is not None
         envs = self._ledger.known(window.env_ids)
         outcome = self._assessment.window(window.run_id, envs, window.results, window.before)
+        self._outages.ran(ASSESSING)
         self._writes.note_success()
         # Finished only once assessed: killed in between, the run is found interrupted and
         # its results are assessed at the next start.

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from envcheck.store.database import upsert_insert
+from envcheck.store.database import redact, upsert_insert
 from envcheck.store.sql import operation_failed
 
 __all__ = ["StoreAccess"]
@@ -34,7 +34,7 @@ class StoreAccess:
                 yield session
             except SQLAlchemyError as exc:
                 session.rollback()
-                raise operation_failed(exc) from exc
+                raise operation_failed(exc, redact(self._engine.url)) from exc
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Connection]:
@@ -61,7 +61,7 @@ class StoreAccess:
                     conn.execution_options(isolation_level="REPEATABLE READ")
                 yield conn
         except SQLAlchemyError as exc:
-            raise operation_failed(exc) from exc
+            raise operation_failed(exc, redact(self._engine.url)) from exc
 
     @contextlib.contextmanager
     def _connected(self, connect: Callable[[], contextlib.AbstractContextManager[Connection]]
@@ -73,7 +73,7 @@ class StoreAccess:
                 with connect() as conn:
                     yield conn
             except SQLAlchemyError as exc:
-                raise operation_failed(exc) from exc
+                raise operation_failed(exc, redact(self._engine.url)) from exc
 
     def _count(self, table: Any, where: tuple[Any, ...]) -> int:
         """How many rows of ``table`` meet every condition of ``where``."""

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine, event, make_url
 from sqlalchemy.exc import ArgumentError
 
-from envcheck.core.errors import LeaseHeld, StoreError
+from envcheck.core.errors import LeaseHeld, StoreError, StoreUnavailable
 from envcheck.store.holder import Holder, Lock
 from envcheck.store.urls import normalise_url
 
@@ -224,12 +224,14 @@ class StoreLease:
             "previous": self.previous.as_dict() if self.previous else None})
 
     def guard(self, engine: Engine) -> None:
-        """Make ``engine`` refuse writes while the lease is not ours (StoreError, which the
-        Store's writers hold and retry, as they do on a full disk)."""
+        """Make ``engine`` refuse writes while the lease is not ours (StoreUnavailable, which
+        the Store's writers hold and retry, as they do on a full disk)."""
+
+        where = engine.url.render_as_string(hide_password=True)
 
         def refuse(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
             if self._fenced.is_set() and not statement.lstrip()[:8].upper().startswith(_READS):
-                raise StoreError(FENCED)
+                raise StoreUnavailable(FENCED, FENCED, where)  # it passes: the lease comes back
 
         event.listen(engine, "before_cursor_execute", refuse)
 

@@ -41,6 +41,7 @@ from tenacity import Retrying, retry_if_result, stop_before_delay, wait_exponent
 from envcheck.core.errors import StoreError
 from envcheck.core.results import ProbeResult
 from envcheck.store.database import redact
+from envcheck.store.sql import error_line
 from envcheck.store.store import Store, new_run
 from envcheck.store.tables.runs import CheckRun, RunState
 
@@ -78,9 +79,7 @@ _Write = _Start | _Result | _State
 
 def store_reason(exc: BaseException) -> str:
     """The database's own words, one line: 'database or disk is full', not the SQL."""
-    cause = exc.__cause__ or exc
-    text = str(getattr(cause, "orig", None) or cause).strip()
-    return text.splitlines()[0] if text else type(cause).__name__
+    return error_line(exc.__cause__ or exc)
 
 
 def _permanent(exc: StoreError) -> bool:
@@ -105,7 +104,7 @@ class PendingWrites:
         self._results_held = 0
         self._runs_held: Counter[str] = Counter()  # run id -> its writes held
         self._in_flight: _Write | None = None  # the held write being written by a flush
-        self._error: str | None = None
+        self._refusal: StoreError | None = None  # the last refusal, until a write succeeds
         self._failed_at: float | None = None
         self._overflowing = False
         self.dropped = 0  # results lost: over the limit, or refused for their data
@@ -122,7 +121,13 @@ class PendingWrites:
     @property
     def error(self) -> str | None:
         """Why the store refused the last write, until a write succeeds again."""
-        return self._error
+        refusal = self._refusal
+        return store_reason(refusal) if refusal is not None else None
+
+    @property
+    def refusal(self) -> StoreError | None:
+        """The store's last refusal, until a write succeeds again."""
+        return self._refusal
 
     def holds(self, run_id: str) -> bool:
         """Whether a write of this run (its start, a result, its end) is still held."""
@@ -132,22 +137,22 @@ class PendingWrites:
     def status(self) -> str | None:
         """None while the store takes writes; else what an operator should read."""
         with self._lock:
-            if self._error is None and not self._held:
+            if self._refusal is None and not self._held:
                 return None
             where = redact(self._store.engine.url)
             return (f"{self._results_held} results held, store not writable: "
-                    f"{self._error or 'not retried yet'} ({where})")
+                    f"{self.error or 'not retried yet'} ({where})")
 
     def note_failure(self, exc: StoreError) -> None:
         """Another write of the caller's (e.g. an assessment) was refused: not healthy."""
         with self._lock:
-            self._error = store_reason(exc)
+            self._refusal = exc
             self._failed_at = self._clock()
 
     def note_success(self) -> None:
         with self._lock:
             if not self._held:
-                self._error = None
+                self._refusal = None
 
     # --- writes -------------------------------------------------------------------------
 
@@ -227,7 +232,7 @@ class PendingWrites:
         if not self._overflowing:
             self._overflowing = True
             log.warning("held results over the limit: dropping the oldest",
-                        extra={"limit": self._limit, "error": self._error})
+                        extra={"limit": self._limit, "error": self.error})
 
     def _forget(self, op: _Write) -> None:
         """(holding the lock) ``op`` is no longer held."""
@@ -239,7 +244,7 @@ class PendingWrites:
 
     def _refused(self, exc: StoreError) -> None:
         with self._lock:
-            self._error = store_reason(exc)
+            self._refusal = exc
             self._failed_at = self._clock()
 
     def _reject(self, op: _Write, exc: StoreError) -> None:
@@ -274,7 +279,7 @@ class PendingWrites:
             with self._lock:
                 if not self._held:
                     if wrote:  # the store took writes again
-                        self._error = None
+                        self._refusal = None
                         self._overflowing = False
                     return True
                 op = self._in_flight = self._held[0]

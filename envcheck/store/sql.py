@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from envcheck.core.errors import StoreError
+from envcheck.core.errors import StoreError, StoreUnavailable
 
 __all__ = ["GENERATION_SQL", "PG_CONNECT_TIMEOUT_S", "SCHEMA_HEAD", "SCHEMA_REVISION_SQL",
            "SQLITE_BUSY_TIMEOUT_MS", "SUITES_SQL", "SUITE_FEED_SQL", "FeedRow", "SuiteRef",
-           "operation_failed"]
+           "error_line", "operation_failed"]
 
 # The newest revision in migrations/versions: bump it with every new migration (a test fails
 # until it matches). A database at this revision is opened without loading Alembic.
@@ -62,6 +62,25 @@ class FeedRow(NamedTuple):
         return cls(env_id, state, reason, bool(quarantined), source, why)
 
 
-def operation_failed(exc: Exception) -> StoreError:
-    """A read or write the store refused, as the one error every caller handles."""
-    return StoreError(f"store operation failed: {exc}")
+# PEP 249's errors "related to the database's operation and not necessarily under the control
+# of the programmer" (a refused or dropped connection, a full disk, a lock held past its
+# timeout), and SQLAlchemy's pool giving up on a connection, by the names every driver and
+# SQLAlchemy's wrappers give them: this module imports neither.
+_UNAVAILABLE = frozenset({"OperationalError", "InterfaceError", "DisconnectionError",
+                          "TimeoutError"})
+
+
+def error_line(exc: BaseException) -> str:
+    """The database's own words, one line: 'database or disk is full', not the SQL."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def operation_failed(exc: Exception, where: str = "") -> StoreError:
+    """A read or write the store refused, as the one error every caller handles:
+    :class:`StoreUnavailable` when the store's state refused it (``where``: the store, its
+    password masked), else a :class:`StoreError` (the operation itself is at fault)."""
+    message = f"store operation failed: {exc}"
+    if any(cls.__name__ in _UNAVAILABLE for cls in type(exc).__mro__):
+        return StoreUnavailable(message, error_line(exc), where)
+    return StoreError(message)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from envcheck.core.outages import AVAILABLE_AGAIN, UNAVAILABLE
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.store import open_store
 from envcheck.store.pending import PendingWrites
@@ -248,7 +249,8 @@ def test_daemon_holds_results_while_the_disk_is_full(daemons: Daemons, tmp_path:
                         r"full \(sqlite:///\S+\)", body["checks"]["store"]), body
     d.wait("results held", lambda: sum(1 for e in logged() if e.get("held")) >= 3, timeout=30)
     d.wait("a window tick finding the store full",
-           lambda: bool(d.events("store not writable: results held")), timeout=30)
+           lambda: any(e["part"] == "writing results" for e in d.events(UNAVAILABLE)),
+           timeout=30)
     held = [e for e in logged() if e.get("held")]
     stored, _ = _stored(db)
     assert sum(stored.values()) < len(logged()), "held results are not in the store yet"
@@ -257,13 +259,21 @@ def test_daemon_holds_results_while_the_disk_is_full(daemons: Daemons, tmp_path:
     filler.release()
     d.wait("/readyz ready again", lambda: _readyz(d)[0] == 200, timeout=30)
     assert _readyz(d)[1]["checks"] == {"store": "ok", "engine": "ok"}
-    d.wait("the held results written", lambda: bool(d.events("held results written")))
+    d.wait("the held results written",
+           lambda: any(e["part"] == "writing results" and e["written"] >= 1
+                       for e in d.events(AVAILABLE_AGAIN)))
 
     def assessed() -> bool:
         _, runs = _stored(db)
         return all(runs.get(run) == "finished" for run in held_runs)
 
     d.wait("the windows of held results assessed", assessed, timeout=30)
+
+    def parts(event: str) -> list[str]:
+        return sorted(e["part"] for e in d.events(event))
+
+    d.wait("every part that could not run to run again",
+           lambda: set(parts(AVAILABLE_AGAIN)) >= set(parts(UNAVAILABLE)), timeout=30)
     assert d.stop() == 0
 
     log = d.log.read_text()
@@ -272,8 +282,12 @@ def test_daemon_holds_results_while_the_disk_is_full(daemons: Daemons, tmp_path:
     assert stored == Counter((e["env"], e["kind"]) for e in logged()), "no result lost"
     assert set(runs.values()) == {"finished"}, "every window assessed"
     assert {e["level"] for e in d.events() if e["level"] in ("warning", "error")} <= {"error"}
-    assert {e["event"] for e in d.events() if e["level"] == "error"} <= {
-        "store not writable: results held", "window not assessed yet: the store refuses writes"}
+    # the full disk said once per part that could not run, and once when each ran again
+    unavailable = [e for e in d.events() if e["level"] == "error"]
+    assert {e["event"] for e in unavailable} == {UNAVAILABLE}, unavailable
+    assert all("database or disk is full" in e["error"] for e in unavailable), unavailable
+    assert len(set(parts(UNAVAILABLE))) == len(parts(UNAVAILABLE)), parts(UNAVAILABLE)
+    assert parts(AVAILABLE_AGAIN) == parts(UNAVAILABLE)
 
 
 def test_daemon_shutdown_with_the_disk_full_says_what_it_lost(daemons: Daemons,

@@ -3,8 +3,9 @@
 The body is a JSON array of records or NDJSON (``Content-Type: application/x-ndjson``),
 gzip accepted (``Content-Encoding: gzip``). It is read and validated whole before anything is
 counted: a bad record is a 400 naming its index and field, and nothing of the batch is
-written; a batch too large is a 413 (refused from its Content-Length, or as soon as what
-arrives passes the bound); an encoding other than gzip a 415. Records of environments the
+written; a batch too large is a 413, sent once the body is read and dropped (up to 64 MiB,
+so that its sender reads it; past that, declared or sent, at once and the connection
+closed); an encoding other than gzip a 415. Records of environments the
 catalogue does not hold are counted apart and reported, never an error. A 200 means the batch
 is committed: a trainer retries anything else, and the producer's sequence numbers make the
 retry count once.
@@ -22,7 +23,7 @@ from envcheck.rollouts.batch import MAX_BODY_BYTES, BatchError, read_batch
 from envcheck.rollouts.records import record_schema
 from envcheck.store import Store
 
-__all__ = ["read_body", "router"]
+__all__ = ["DRAIN_BYTES", "read_body", "router"]
 
 _ANSWERS = {**MUTATION, 400: {"model": Problem, "description": "A bad record (index, field)"},
             413: {"model": Problem, "description": "Over 20,000 records or 16 MiB"},
@@ -33,21 +34,39 @@ _BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"type": "array", "items": _RECORD}},
     "application/x-ndjson": {"schema": {"type": "string",
                                         "description": "one record (as above) a line"}}}}}
+# A body over the limit is still read, and dropped, up to this many bytes before the 413 is
+# sent: a sender writes its whole body before it reads an answer, and a server that closes
+# with a body unread resets the connection (the client never sees why). Past it the 413 goes
+# at once with Connection: close, and what was not read is the reset's.
+DRAIN_BYTES = 4 * MAX_BODY_BYTES
 _TOO_LARGE = f"the body is over {MAX_BODY_BYTES} bytes: send smaller batches"
 
 
+def _too_large(read_whole: bool) -> ApiProblem:
+    return ApiProblem(413, "too_large", _TOO_LARGE,
+                      headers=None if read_whole else {"Connection": "close"})
+
+
 async def read_body(request: Request) -> bytes:
-    """The request's body, never more than :data:`MAX_BODY_BYTES` of it held."""
+    """The request's body, never more than :data:`MAX_BODY_BYTES` of it held; over it, a
+    413 once the rest is read and dropped (up to :data:`DRAIN_BYTES`, declared or sent)."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise ApiProblem(413, "too_large", _TOO_LARGE)
-    chunks, size = [], 0
+    length = int(declared) if declared.isdigit() else None
+    if length is not None and length > DRAIN_BYTES:
+        raise _too_large(read_whole=False)
+    kept: list[bytes] | None = None if length and length > MAX_BODY_BYTES else []
+    size = 0
     async for chunk in request.stream():
         size += len(chunk)
+        if size > DRAIN_BYTES:
+            raise _too_large(read_whole=False)
         if size > MAX_BODY_BYTES:
-            raise ApiProblem(413, "too_large", _TOO_LARGE)
-        chunks.append(chunk)
-    return b"".join(chunks)
+            kept = None  # from here on only counted
+        elif kept is not None:
+            kept.append(chunk)
+    if kept is None:
+        raise _too_large(read_whole=True)
+    return b"".join(kept)
 
 
 def _refused(exc: BatchError) -> ApiProblem:

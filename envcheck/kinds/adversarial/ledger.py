@@ -18,11 +18,13 @@ reads them through :class:`RecordedEvidence`, which applies the same digest and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from envcheck.catalogue.models import Environment
+from envcheck.core.errors import StoreUnavailable
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind, ProbeResult
 
 __all__ = ["DETAIL_KEY", "LEAKS_KEY", "STRENGTH_KEY", "ControlsLedger", "PriorEvidence",
@@ -31,6 +33,7 @@ __all__ = ["DETAIL_KEY", "LEAKS_KEY", "STRENGTH_KEY", "ControlsLedger", "PriorEv
 DETAIL_KEY = "adversarial"
 LEAKS_KEY = "leaks"  # the leak checks' outcome, reused the same way (kinds.leaks)
 STRENGTH_KEY = "strength"  # the wrong-fix controls' outcome (kinds.strength.controls)
+PART = "reading earlier controls"
 
 
 @runtime_checkable
@@ -58,8 +61,22 @@ class RecordedEvidence:
 
 
 class ControlsLedger:
-    def __init__(self, store: PriorEvidence) -> None:
+    """``outages``: where a store that does not answer is said, once per outage; meanwhile
+    nothing is reused (a store that does not answer costs a run of the controls, never
+    evidence)."""
+
+    def __init__(self, store: PriorEvidence, outages: StoreOutages | None = None) -> None:
         self._store = store
+        self._outages = outages or StoreOutages()
+
+    def _read(self, read: Callable[[], ProbeResult | None]) -> ProbeResult | None:
+        try:
+            found = read()
+        except StoreUnavailable as exc:
+            self._outages.failed(PART, exc, then="the controls run in full")
+            return None
+        self._outages.ran(PART)
+        return found
 
     def prior(self, env_id: str, image_digest: str | None, spec_hash: str,
               key: str = DETAIL_KEY) -> tuple[datetime, dict[str, Any]] | None:
@@ -67,8 +84,8 @@ class ControlsLedger:
         another check reused the same way (the leak checks: ``leaks``)."""
         if image_digest is None:  # no identity to key on: never reuse
             return None
-        found = self._store.latest_with_detail(env_id, ProbeKind.TESTS, image_digest,
-                                               spec_hash, key)
+        found = self._read(lambda: self._store.latest_with_detail(
+            env_id, ProbeKind.TESTS, image_digest, spec_hash, key))
         if found is None:
             return None
         return found.started_at, found.details[key]
@@ -83,5 +100,5 @@ class ControlsLedger:
         key = next((k for k, plan in declared if plan is not None), None)
         if key is None:
             return None
-        return self._store.latest_with_detail(env.id, ProbeKind.TESTS, None,
-                                              env.spec_hash(ProbeKind.TESTS), key)
+        return self._read(lambda: self._store.latest_with_detail(
+            env.id, ProbeKind.TESTS, None, env.spec_hash(ProbeKind.TESTS), key))

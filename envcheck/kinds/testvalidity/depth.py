@@ -15,6 +15,7 @@ from collections.abc import Callable
 from envcheck.catalogue.models import Environment
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.core.depth import Depth, DepthAdvice
+from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind
 from envcheck.kinds.base import ProbeContext
 
@@ -23,18 +24,28 @@ __all__ = ["DepthAdvisor", "plan"]
 log = logging.getLogger(__name__)
 
 
+PART = "depth advice"
+
+
 class DepthAdvisor:
-    def __init__(self, advise: Callable[[Environment], DepthAdvice | None]) -> None:
+    """``outages``: where a store that does not answer is said, once per outage."""
+
+    def __init__(self, advise: Callable[[Environment], DepthAdvice | None],
+                 outages: StoreOutages | None = None) -> None:
         self._advise = advise
+        self._outages = outages or StoreOutages()
 
     def advice(self, env: Environment) -> DepthAdvice | None:
         """The advice for ``env``'s next tests probe; None (validate in full) if the lookup
         fails: a store that does not answer must cost depth, never evidence."""
         try:
-            return self._advise(env)
-        except Exception:
-            log.exception("depth advice for %s failed: validating in full", env.id)
+            advice = self._advise(env)
+        except Exception as exc:
+            if not self._outages.failed(PART, exc, then="validating in full"):
+                log.exception("depth advice for %s failed: validating in full", env.id)
             return None
+        self._outages.ran(PART)
+        return advice
 
 
 def plan(ctx: ProbeContext, spec: TestSpec) -> DepthAdvice:
