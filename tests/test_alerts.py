@@ -37,6 +37,7 @@ from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.assess import StoreAssessment, evaluate
 from envcheck.metrics import StoreMetrics
+from envcheck.metrics.own import own_registry
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
@@ -208,7 +209,9 @@ def scrape_seeded(tmp_path: Path, per_environment: bool) -> str:
         scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
                                    assessment=StoreAssessment(store),
                                    budget=BudgetLimits(fleet=36000.0, suites={"lint": 3600.0}))
+        # in the daemon's registry: the process's and the lease's series beside the store's
         return StoreMetrics(store, scheduler, now=now.timestamp,
+                            registry=own_registry(lambda: True),
                             per_environment=per_environment).render().decode()
 
 

@@ -14,7 +14,9 @@
 
 It reads the store through the same functions as ``envcheck gate`` and ``envcheck quarantine``,
 so all of them give the same answers. The routes, one module per resource, are in
-:mod:`.routes`; every answer other than 2xx is a ``Problem`` (:mod:`.problems`).
+:mod:`.routes`; every answer other than 2xx is a ``Problem`` (:mod:`.problems`). The daemon's
+own ``/healthz``, ``/readyz`` and ``/metrics`` are :mod:`.status`'s; how an app is served,
+:mod:`.serving`'s.
 
 **Caching.** Every GET carries an ETag (the feed generation, plus a hash of the resource's
 path and body) and answers ``If-None-Match`` with 304. The list routes keep their rendered
@@ -36,30 +38,22 @@ the body is judged.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
-from starlette.types import ASGIApp
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from envcheck.api.auth import authorizer
 from envcheck.api.cache import ResponseCache
 from envcheck.api.problems import install_handlers
 from envcheck.api.routes import environments, incidents, quarantine, rollouts, suites, taint
+from envcheck.api.serving import DEFAULT_PORT, serve, serve_in_thread
 from envcheck.store import Store
 
 __all__ = ["DEFAULT_CACHE_TTL_S", "DEFAULT_PORT", "create_app", "serve", "serve_in_thread"]
 
-DEFAULT_PORT = 8787
 DEFAULT_CACHE_TTL_S = 5.0
 
 
@@ -95,75 +89,3 @@ def create_app(store: Store, token: str | None = None, *, export_dir: Path | Non
     app.include_router(quarantine.changes(store, authorizer(token), export_dir))
     app.include_router(rollouts.router(store, authorizer(token)))
     return app
-
-
-# --- serving --------------------------------------------------------------------------------
-
-
-def _config(app: ASGIApp, access_log: bool, **kwargs: Any) -> uvicorn.Config:
-    # log_config=None: uvicorn must not replace the host program's logging configuration.
-    return uvicorn.Config(app, access_log=access_log, log_config=None,
-                          server_header=False, timeout_graceful_shutdown=5, **kwargs)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, but a SIGINT or SIGTERM makes :meth:`run` *return*.
-
-    uvicorn re-raises the signal after its graceful shutdown; with SIGTERM's default action
-    that kills the process before the caller's ``finally`` (stop the scheduler, let probes
-    finish, remove their containers) can run.
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
-def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-          access_log: bool = False) -> None:
-    """Serve until SIGINT or SIGTERM, then return after requests in flight are answered
-    (blocking; signals are caught only when called from the main thread)."""
-    _Server(_config(app, access_log, host=host, port=port)).run()
-
-
-@contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *,
-                    access_log: bool = False, startup_timeout_s: float = 10.0
-                    ) -> Iterator[str]:
-    """Serve from a background thread (``port=0``: any free port); yields the base URL and
-    stops the server, waiting for requests in flight, on exit."""
-    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP;
-    # without it a keep-alive answer waits ~40 ms on Nagle and the peer's delayed ACK.
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
-                         socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    with sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        bound = sock.getsockname()[1]
-        server = uvicorn.Server(_config(app, access_log))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                                  name=f"envcheck-api-{bound}", daemon=True)
-        thread.start()
-        # poll until it listens, or its thread ended (a failed start), or the time is up
-        polling = Retrying(retry=retry_if_result(lambda settled: not settled),
-                           stop=stop_after_delay(startup_timeout_s), wait=wait_fixed(0.01),
-                           retry_error_callback=lambda state: False)
-        polling(lambda: bool(server.started) or not thread.is_alive())
-        if not server.started:
-            server.should_exit = True
-            thread.join(startup_timeout_s)
-            raise RuntimeError(f"the API server did not start on {host}:{bound}")
-        try:
-            yield f"http://{host}:{bound}" if ":" not in host else f"http://[{host}]:{bound}"
-        finally:
-            server.should_exit = True
-            thread.join(startup_timeout_s + 5)

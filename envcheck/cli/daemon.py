@@ -1,9 +1,9 @@
 """``envcheck daemon``: its options (each with an ``ENVCHECK_*`` variable), all checked before
 anything starts, then :func:`envcheck.daemon.run_daemon`.
 
-Exit codes: 0 stopped (SIGTERM, SIGINT), 2 bad input or refused (a setting; another daemon
-holds the store, named in the one line), 3 the store does not answer, or the store's lease
-was lost to another daemon while running.
+Exit codes: 0 stopped (SIGTERM, SIGINT), 2 bad input or refused (a setting; the port in
+use; another daemon holds the store, named in the one line), 3 the store does not answer, or
+the store's lease was lost to another daemon while running.
 """
 
 from __future__ import annotations
@@ -185,6 +185,8 @@ def daemon(
     except LeaseHeld as exc:  # refused: another daemon writes this store
         err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
+    except ConfigError as exc:  # the port: in use, or not an address of this host
+        raise config_error_exit(exc) from None
     except StoreError as exc:
         err.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_INFRA) from None

@@ -10,7 +10,10 @@ twice on every transition. A daemon holds the store's lease for as long as it ru
   its ``application_name`` naming the holder. The server drops it when the session ends.
 
 A second daemon is refused (:class:`~envcheck.core.errors.LeaseHeld`, naming the holder), or,
-as a standby, polls every second and takes the lease once it is free.
+as a standby, polls every second and takes the lease once it is free. Each of its looks is
+recorded (:attr:`StoreLease.looks`, a :class:`~envcheck.core.readiness.Watch`): who holds the
+lease, or why the store did not answer, or for how long a look has gone unanswered; the
+standby's ``/readyz`` reads that record, never the store.
 
 The holder checks every second that the lease is still its own (the lock file is still the
 file it locked; the connection answers and still holds the lock). When it is not, the store
@@ -38,6 +41,7 @@ from sqlalchemy import Engine, event, make_url
 from sqlalchemy.exc import ArgumentError
 
 from envcheck.core.errors import LeaseHeld, StoreError, StoreUnavailable
+from envcheck.core.readiness import Watch
 from envcheck.store.holder import Holder, Lock
 from envcheck.store.urls import normalise_url
 
@@ -165,7 +169,20 @@ class StoreLease:
         self._mutex = threading.Lock()  # the watch and release() never touch the lock at once
         self._fenced = threading.Event()
         self._released = False
+        self._taken_once = False
         self.previous: Holder | None = None  # the last holder before us, when known
+        self.looks = Watch(interval_s=POLL_S)  # a standby's looks at the lease, as they went
+        self._seen: Holder | None = None  # who held it at the last look of a standby
+
+    @property
+    def held(self) -> bool:
+        """This process holds the lease (taken, neither lost nor released)."""
+        return self._taken_once and not self._fenced.is_set()
+
+    @property
+    def waiting_for(self) -> Holder | None:
+        """While a standby waits: who held the lease at its last look, if it said."""
+        return None if self._taken_once else self._seen
 
     @classmethod
     def of(cls, url: str) -> StoreLease:
@@ -185,10 +202,12 @@ class StoreLease:
         free). Held by another: :class:`LeaseHeld` naming it, or, on ``standby``, wait
         until it is free, or until ``stop`` (None). A store that does not answer at the
         first try: StoreError; later, while waiting, a warning and the wait goes on."""
+        self.looks.asked(time.monotonic())
         if self._lock.try_lock(Holder.me()):
             self._taken(None, waited_s=0.0)
             return 0.0
         holder = self._lock.holder()
+        self._saw(holder)
         if not standby:
             raise LeaseHeld(f"another envcheck daemon holds the store: "
                             f"{holder or 'it has not said who it is yet'} (lease: "
@@ -204,11 +223,14 @@ class StoreLease:
                 seen, last = holder, holder or last
             if stop.wait(poll_s):
                 return None
+            self.looks.asked(time.monotonic())
             try:
                 if self._lock.try_lock(Holder.me()):
                     break
                 holder, unreachable = self._lock.holder(), False
+                self._saw(holder)
             except StoreError as exc:
+                self.looks.answered(f"error: {exc}", time.monotonic())
                 if not unreachable:  # once per outage: the holder may be down with it
                     log.warning("store unreachable while waiting for its lease",
                                 extra={"store": self.where, "error": str(exc)})
@@ -217,7 +239,15 @@ class StoreLease:
         self._taken(last, waited)
         return waited
 
+    def _saw(self, holder: Holder | None) -> None:
+        """A look found the lease held: by ``holder``, or by one that has not said who."""
+        self._seen = holder
+        named = str(holder) if holder is not None else "a daemon that has not said who it is yet"
+        self.looks.answered(f"standby: the store's lease is held by {named}", time.monotonic())
+
     def _taken(self, seen: Holder | None, waited_s: float) -> None:
+        self._taken_once = True
+        self.looks.answered("ok", time.monotonic())
         self.previous = self._lock.previous or seen
         log.info("store lease taken", extra={
             "store": self.where, "holder": Holder.me().as_dict(), "waited_s": round(waited_s, 3),

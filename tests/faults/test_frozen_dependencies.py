@@ -6,6 +6,11 @@ The real engine and the real PostgreSQL sit behind socket proxies that freeze as
 process does: connections are accepted and held open, nothing is answered until the thaw.
 ``/readyz`` is read with a client timeout of a couple of seconds: a readiness check that
 waits on the frozen dependency fails the test there (a hang guard, not a speed target).
+
+The image's health check (the real script, as a process) against an active daemon and a
+standby on one frozen PostgreSQL (issue 34): healthy for both before, unhealthy for both while
+frozen (the active's store, the standby's look at the lease: neither outage is hidden behind
+"standby"), healthy again after the thaw, the active still the active.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from envcheck.core.readiness import BOUND_S, INTERVAL_S
 from tests.backends import new_pg_database
 from tests.engine_proxy import EngineProxy, SocketProxy, TcpProxy
 from tests.test_daemon import HEALTHY, Daemon, Daemons
+from tests.test_standby import HELD_BY, HOST, healthcheck, port_of, standby_readyz
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -124,5 +130,59 @@ def test_readyz_answers_while_postgresql_is_frozen(
                 freeze_and_thaw(d, proxy, "store", "engine")
             finally:
                 d.stop()  # before the database is dropped under it
+    finally:
+        proxy.close()
+
+
+@pytest.mark.postgres
+def test_the_image_health_check_passes_a_standby_and_fails_both_while_the_store_is_frozen(
+    daemons: Daemons, catalogue: Path,
+) -> None:
+    proxy = TcpProxy(5432)
+    try:
+        with new_pg_database("envcheck_frozen") as name:
+            url = f"postgresql://postgres@127.0.0.1:{proxy.port}/{name}"
+            active = daemons.start(catalogue, database=url)
+            standby = daemons.start(catalogue, database=url, tag=active.tag, ready=False,
+                                    args=["--standby"])
+            held_by = HELD_BY.format(host=HOST, pid=active.proc.pid)
+            try:
+                standby_readyz(standby, active.proc.pid)
+                active.wait("the start-up probe", lambda: bool(active.events("probe result")))
+                for d in (active, standby):
+                    check = healthcheck(port_of(d))
+                    assert check.returncode == 0, check.stdout + check.stderr
+                proxy.freeze()
+                try:
+                    active.wait("the active's /readyz to say the store does not answer",
+                                lambda: NOT_ANSWERING.fullmatch(
+                                    readyz(active)[1]["checks"]["store"]) is not None,
+                                timeout=30)
+                    standby.wait("the standby's /readyz to say its look is not answered",
+                                 lambda: NOT_ANSWERING.fullmatch(
+                                     readyz(standby)[1]["checks"]["lease"]) is not None,
+                                 timeout=30)
+                    for d, role in ((active, "active"), (standby, "standby")):
+                        status, body = readyz(d)
+                        assert (status, body["role"]) == (503, role), body
+                        check = healthcheck(port_of(d))
+                        assert check.returncode == 1, (role, check.stdout + check.stderr)
+                        assert "not answering for" in check.stdout, (role, check.stdout)
+                        assert d.get("/healthz").status_code == 200, "alive all the same"
+                finally:
+                    proxy.thaw()  # a failure above must not leave the daemons unable to stop
+                active.wait("the active ready again", lambda: readyz(active)[0] == 200,
+                            timeout=30)
+                standby.wait("the standby's look to name the holder again",
+                             lambda: str(readyz(standby)[1]["checks"]["lease"]).startswith(
+                                 held_by), timeout=30)
+                for d in (active, standby):
+                    check = healthcheck(port_of(d))
+                    assert check.returncode == 0, check.stdout + check.stderr
+                assert standby.stop() == 0
+                assert active.stop() == 0
+            finally:
+                for d in (standby, active):  # before the database is dropped under them
+                    d.stop()
     finally:
         proxy.close()

@@ -4,9 +4,11 @@ Real daemons (the console script) on the real engine, on both backends, with a r
 receiver on 127.0.0.1: a second daemon is refused with one line naming the holder; a
 standby takes over once the first is SIGKILLed, and between the two no result is written
 twice, none the first wrote is lost, and every alert reaches the webhook exactly once, the
-one the first could not deliver included. On PostgreSQL, the lease's connection killed under
-a running daemon: it takes the lease back when nobody else took it, and stops (exit 3) when
-another holds it.
+one the first could not deliver included. While it waits, the standby answers on its port
+(issue 34): ``/healthz`` 200, ``/readyz`` 503 naming the holder, ``/metrics`` its own series
+alone; through the takeover its port answers every request, and then serves the full app.
+On PostgreSQL, the lease's connection killed under a running daemon: it takes the lease back
+when nobody else took it, and stops (exit 3) when another holds it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import requests
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
@@ -38,6 +41,7 @@ from tests.backends import PG_ADMIN
 from tests.http_server import MisbehavingServer, fail, ok
 from tests.test_daemon import (
     HEALTHY,
+    HTTP_TIMEOUT_S,
     READONLY,
     TOOL_MISSING,
     Daemon,
@@ -46,6 +50,7 @@ from tests.test_daemon import (
     problems,
     write_catalogue,
 )
+from tests.test_standby import healthcheck, own_series_only, port_of, series, standby_readyz
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -219,6 +224,74 @@ def test_a_standby_takes_over_a_killed_daemon_with_nothing_lost_or_written_twice
     assert daemons.containers(first.tag) == [], "the killed daemon's sandboxes reaped"
     assert problems(first, *REFUSED) == []
     assert problems(second, *REFUSED) == []  # (a post of its may beat the receiver's return)
+
+
+class Poller:
+    """Asks ``url`` over a new connection again and again, from a thread, until stopped:
+    what each request got, a status code or the error that stopped it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.got: list[int | str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:  # no session: each request a new connection, accepted by the port anew
+                self.got.append(requests.get(self.url, timeout=HTTP_TIMEOUT_S).status_code)
+            except requests.RequestException as exc:
+                self.got.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=HTTP_TIMEOUT_S + 5)
+
+
+def test_a_standby_answers_on_its_port_while_it_waits_and_through_the_takeover(
+        daemons: Daemons, tmp_path: Path, store_url: str) -> None:
+    catalogue = tmp_path / "fleet.yaml"
+    write_catalogue(catalogue, [HEALTHY])
+    first = daemons.start(catalogue, database=store_url)
+    second = daemons.start(catalogue, database=store_url, tag=first.tag, ready=False,
+                           args=["--standby"])
+    second.wait("the standby's /healthz", lambda: second.get("/healthz").status_code == 200)
+    body = standby_readyz(second, first.proc.pid)
+    assert (body["ready"], body["role"]) == (False, "standby"), body
+    assert body["holder"]["pid"] == first.proc.pid, body  # type: ignore[index]
+    waiting, active = series(second), series(first)
+    assert waiting["envcheck_lease_held"] == 0.0
+    assert own_series_only(waiting) == [], "the standby serves nothing from the store"
+    assert active["envcheck_lease_held"] == 1.0
+    assert "envcheck_up" in active and "envcheck_feed_generation" in active
+    assert first.get("/readyz").json()["role"] == "active"
+    for d in (first, second):  # the image's health check: both healthy
+        check = healthcheck(port_of(d))
+        assert check.returncode == 0, check.stdout + check.stderr
+
+    with Poller(second.url + "/healthz") as polled:
+        first.proc.kill()
+        first.proc.wait(timeout=30)
+        first.stderr.close()
+        second.wait("the standby to take over",
+                    lambda: second.get("/readyz").status_code == 200, timeout=90)
+        second.wait("a probe result of its own", lambda: bool(probe_results(second)))
+    assert polled.got and set(polled.got) == {200}, \
+        f"its port refused or failed a request during the takeover: {polled.got}"
+    taken = series(second)
+    assert taken["envcheck_lease_held"] == 1.0
+    assert "envcheck_up" in taken and "envcheck_feed_generation" in taken
+    assert second.get("/readyz").json()["role"] == "active"
+    assert second.get("/v1/environments/" + HEALTHY[0]).status_code == 200, "the full API"
+    check = healthcheck(port_of(second))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert second.stop() == 0
+    assert problems(second) == []
 
 
 def _lease_backend(url: str) -> int:

@@ -26,6 +26,12 @@ touches the store or the engine. Held by another daemon, the start is refused na
 ``standby``, waits for it (SIGTERM ends the wait), then reads the catalogue again. Lost while
 running, writes stop at once and the lease is taken back; if another daemon took it, this one
 stops (exit 3) without waiting for its probes: it may write nothing more.
+
+The HTTP port is bound once, before the wait (:func:`envcheck.api.serving.listen`), and
+answers from then on: while the daemon waits as a standby and while it starts, the status app
+alone (:mod:`envcheck.api.status`: ``/healthz`` 200, ``/readyz`` 503 naming the lease's holder
+or saying it starts, ``/metrics`` with the process's and the lease's series), then the full
+app on the same socket, handed over without closing it.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -44,8 +50,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import generate_latest
 
 from envcheck.api.app import DEFAULT_PORT
 from envcheck.catalogue.loader import load_catalogue
@@ -55,11 +60,11 @@ from envcheck.core.errors import CatalogueError
 from envcheck.core.memory import give_back
 from envcheck.core.outages import StoreOutages, every
 from envcheck.core.readiness import Readiness
-from envcheck.core.results import ProbeKind
+from envcheck.daemon.upkeep import pruner, rollout_look
 from envcheck.executors.base import ExecutorConfig
 from envcheck.executors.local import LocalExecutor
 from envcheck.executors.registry import wait_for_executor
-from envcheck.feed.assess import LookOutcome, StoreAssessment
+from envcheck.feed.assess import StoreAssessment
 from envcheck.feed.depth import StoreDepth
 from envcheck.feed.reuse import HostSamples, StoreReuse
 from envcheck.feed.rollouts import RolloutLooks
@@ -75,6 +80,9 @@ from envcheck.store.retention import Retention
 from envcheck.store.urls import default_database_url
 
 if TYPE_CHECKING:
+    from socket import socket
+
+    from envcheck.api.status import Ready
     from envcheck.metrics import StoreMetrics
 
 __all__ = ["DaemonConfig", "build_app", "run_daemon"]
@@ -119,40 +127,28 @@ class DaemonConfig:
 def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
               metrics: StoreMetrics, token: str | None) -> FastAPI:
     from envcheck.api.app import create_app
+    from envcheck.api.status import mount_status
 
     app = create_app(store, token)
-
-    @app.get("/metrics", include_in_schema=False)
-    def scrape() -> StreamingResponse:
-        parts = metrics.render_parts()
-
-        async def pieces() -> AsyncIterator[bytes]:  # no thread hop per piece
-            for part in parts:
-                yield part
-
-        return StreamingResponse(pieces(), media_type=CONTENT_TYPE_LATEST)
-
-    # async: answered on the event loop, never queued behind requests waiting on the store
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> JSONResponse:
-        # what the watchers last recorded: a hung engine or store never holds this answer
-        kept = readiness.checks()
-        checks = {name: check.status for name, check in kept.items()}
-        # Writes first: a full disk still answers reads. While the store refuses writes,
-        # or results wait to be written, this daemon's feed lags its probes: not ready.
-        held = scheduler.writes.status()
-        if held is not None:
-            checks["store"] = f"error: {held}"
-        ready = all(v == "ok" for v in checks.values())
-        return JSONResponse({"ready": ready, "checks": checks,
-                             "age_s": {name: check.age_s for name, check in kept.items()}},
-                            status_code=200 if ready else 503)
-
+    mount_status(app, partial(_ready, readiness, scheduler), metrics.render_parts)
     return app
+
+
+def _ready(readiness: Readiness, scheduler: ProbeScheduler) -> Ready:
+    """``/readyz`` of the running daemon: what the watchers last recorded (a hung engine or
+    store never holds this answer), and the writes the store refused."""
+    from envcheck.api.status import ACTIVE, Ready
+
+    kept = readiness.checks()
+    checks = {name: check.status for name, check in kept.items()}
+    # Writes first: a full disk still answers reads. While the store refuses writes, or
+    # results wait to be written, this daemon's feed lags its probes: not ready.
+    held = scheduler.writes.status()
+    if held is not None:
+        checks["store"] = f"error: {held}"
+    ready = all(v == "ok" for v in checks.values())
+    return Ready(ready, {"ready": ready, "role": ACTIVE, "checks": checks,
+                         "age_s": {name: check.age_s for name, check in kept.items()}})
 
 
 def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
@@ -160,21 +156,51 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     nothing here refuses a setting after the engine or the scheduler has started.
     ``catalogue``: ``config.catalogue`` as the caller loaded it to check it (else read here:
     a fleet's catalogue costs a second to read, not to be paid twice at every start)."""
-    from envcheck.api.app import serve
-    from envcheck.metrics import StoreMetrics
-    from envcheck.notify.notifier import Notifier
-    from envcheck.store import open_store
+    from envcheck.api.serving import ServerThread, listen
+    from envcheck.api.status import status_app, waiting_ready
+    from envcheck.metrics.own import own_registry
 
     if catalogue is None:
         catalogue = load_catalogue(config.catalogue)
     url = config.database or default_database_url()
     lease = StoreLease.of(url)
-    waited = _take_lease(lease, config.standby)
-    if waited is None:
-        log.info("daemon stopped while waiting for the store's lease")
-        return 0
-    if waited:  # the catalogue may have changed meanwhile (the holder had its reloads)
-        catalogue = _reread(config.catalogue, catalogue)
+    if not config.standby:  # refused before the port is bound: the one line names the holder
+        lease.take(standby=False, stop=threading.Event())
+    try:
+        sockets = listen(config.host, config.port)  # for the daemon's life: never bound twice
+    except Exception:
+        lease.release()
+        raise
+    own = own_registry(lambda: lease.held)
+    waiting = ServerThread(status_app(waiting_ready(lease), lambda: [generate_latest(own)]),
+                           sockets)
+    try:
+        waiting.start()  # /healthz answers from here on, /readyz says standby or starting
+        if config.standby:
+            waited = _take_lease(lease)
+            if waited is None:
+                log.info("daemon stopped while waiting for the store's lease")
+                return 0
+            if waited:  # the catalogue may have changed meanwhile (the holder's reloads)
+                catalogue = _reread(config.catalogue, catalogue)
+        return _run(config, catalogue, url, lease, sockets, waiting.stop)
+    finally:
+        waiting.stop()
+        for sock in sockets:
+            sock.close()
+        lease.release()
+
+
+def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease,
+         sockets: list[socket], handover: Callable[[], None]) -> int:
+    """The daemon, its lease held; ``handover()`` stops what answered on ``sockets`` until
+    the full app serves them."""
+    from envcheck.api.serving import serve
+    from envcheck.metrics import StoreMetrics
+    from envcheck.metrics.own import own_registry
+    from envcheck.notify.notifier import Notifier
+    from envcheck.store import open_store
+
     store = open_store(url)
     lease.guard(store.engine)
     stop, lost = threading.Event(), threading.Event()
@@ -203,7 +229,7 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
                                budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)),
                                outages=outages)
     # before the scheduler starts: the probe counters count from here
-    metrics = StoreMetrics(store, scheduler,
+    metrics = StoreMetrics(store, scheduler, registry=own_registry(lambda: lease.held),
                            per_environment=config.metrics_series == "environment")
     _install_reload(config.catalogue, scheduler, store)
     if notifier is not None:
@@ -215,10 +241,10 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
         every("envcheck-tidy", TIDY_INTERVAL_S, stop, executor.tidy,
                "looking for leftover containers", outages)
     every("envcheck-rollouts", config.window_s, stop,
-           _rollout_look(assessment, scheduler, notifier.wake if notifier else None),
+           rollout_look(assessment, scheduler, notifier.wake if notifier else None),
            "judging the rollouts", outages, "judged once it is back")
     if config.prune_every_s > 0:
-        every("envcheck-prune", config.prune_every_s, stop, _pruner(store, config.retention),
+        every("envcheck-prune", config.prune_every_s, stop, pruner(store, config.retention),
                "pruning the store", outages, "pruned at the next round",
                first_s=min(PRUNE_FIRST_S, config.prune_every_s))
     # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal it caught to
@@ -229,8 +255,9 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     readiness = Readiness({"store": store.generation, "engine": executor.ping})
     readiness.start()
     try:
-        serve(build_app(store, scheduler, readiness, metrics, config.api_token),
-              host=config.host, port=config.port)
+        app = build_app(store, scheduler, readiness, metrics, config.api_token)
+        handover()  # the socket stays open: a request meanwhile waits for the full app
+        serve(app, sockets=sockets)
     finally:
         log.info("daemon stopping")
         stop.set()
@@ -247,10 +274,10 @@ def run_daemon(config: DaemonConfig, catalogue: Catalogue | None = None) -> int:
     return EXIT_LEASE_LOST if lost.is_set() else 0
 
 
-def _take_lease(lease: StoreLease, standby: bool) -> float | None:
-    """The store's lease, before anything writes the store; how long it was waited for, or
-    None if SIGTERM or SIGINT ended the wait (SIGHUP is noted: the catalogue is read when
-    the lease is taken)."""
+def _take_lease(lease: StoreLease) -> float | None:
+    """The store's lease, waited for as a standby, before anything writes the store; how
+    long it was waited for, or None if SIGTERM or SIGINT ended the wait (SIGHUP is noted:
+    the catalogue is read when the lease is taken)."""
     wait = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -258,10 +285,10 @@ def _take_lease(lease: StoreLease, standby: bool) -> float | None:
         if signum != signal.SIGHUP:
             wait.set()
 
-    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if standby else ()
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
-        return lease.take(standby=standby, stop=wait)
+        return lease.take(standby=True, stop=wait)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -300,63 +327,6 @@ def _services(catalogue: Catalogue, store: Store, samples: HostSamples,
     evidence (``samples`` outlives a reload: the host's sampling keeps its pace)."""
     return build_services(catalogue, store, StoreDepth(store).advice,
                           StoreReuse(store, samples=samples).advice, outages)
-
-
-def _rollout_look(assessment: StoreAssessment, scheduler: ProbeScheduler,
-                  wake: Callable[[], None] | None) -> Callable[[], None]:
-    """One look at the rollouts counted since the last: what it flags anew is probed now,
-    ahead of the queue (every declared kind), what it notes always solved gets its tests
-    probe (whose controls a full validation plays); the notifier hears what moved."""
-
-    def look() -> None:
-        envs = {env.id: env for env in scheduler.catalogue.environments}
-        outcome = assessment.rollouts(envs)
-        if outcome is None:
-            return
-        for env_id in outcome.flagged:
-            kinds = envs[env_id].declared_kinds()
-            for kind in kinds:
-                scheduler.enqueue_now(env_id, kind, urgent=True)
-            log.info("rollouts flagged an environment: probing it now",
-                     extra={"env": env_id, "kinds": [str(k) for k in kinds]})
-        for env_id in outcome.always_solved:
-            if env_id in outcome.flagged:
-                continue  # its tests probe is queued already
-            if ProbeKind.TESTS in envs[env_id].declared_kinds():
-                scheduler.enqueue_now(env_id, ProbeKind.TESTS, urgent=True)
-            log.info("rollouts noted an environment always solved: probing its tests now",
-                     extra={"env": env_id})
-        _log_look(outcome)
-        if wake is not None and (outcome.transitions or outcome.incident is not None):
-            wake()
-
-    return look
-
-
-def _log_look(outcome: LookOutcome) -> None:
-    if outcome.incident is not None:
-        log.warning("infrastructure incident", extra={"kind": outcome.incident[0],
-                                                      "detail": outcome.incident[3]})
-    for t in outcome.transitions:
-        log.info("transition", extra={"env": t.env_id, "old": t.old_state, "new": t.new_state,
-                                      "quarantined": t.quarantined, "reason": t.reason})
-
-
-def _pruner(store: Store, retention: Retention) -> Callable[[], None]:
-    """One prune of the store, logged; the advice to turn on incremental vacuum, once."""
-    advised = threading.Event()
-
-    def prune() -> None:
-        started = time.monotonic()
-        report = store.prune(retention)
-        log.info("store pruned", extra={**report.as_dict(),
-                                        "seconds": round(time.monotonic() - started, 3)})
-        if report.incremental_vacuum is False and not advised.is_set():
-            advised.set()
-            log.warning("the SQLite file does not give freed pages back: run `envcheck store "
-                        "prune --vacuum` once, with the daemon stopped")
-
-    return prune
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:
