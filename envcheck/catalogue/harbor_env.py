@@ -101,7 +101,7 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
         network=network if network and env.internet else "none",
         compose="environment/docker-compose.yaml" if task.kind == "compose" else None,
         reruns=reruns, unsupported=unsupported, notes=tuple(notes), adversarial=adversarial,
-        leaks=leaks, strength=strength)
+        leaks=leaks, strength=strength, protocol=task.protocol)
     if prebuilt:
         image = prebuilt
     else:  # built from environment/ (a compose task: its agent service's image)

@@ -14,6 +14,10 @@ schema 1.0/1.1, and harborframework.com/docs/tasks)::
     ├── tests/test.sh      copied to /tests; writes /logs/verifier/reward.txt or reward.json
     └── solution/solve.sh  optional; copied to /solution by the oracle
 
+``tests/`` and ``solution/`` are checked as Harbor checks them at load, under the protocol the
+dataset names (:mod:`envcheck.catalogue.harbor_files`): a link out of the task, or a
+``.harborignore`` that excludes ``test.sh`` or ``solve.sh``, is an issue naming the file.
+
 Like Harbor, unknown keys are ignored (its metadata is free-form) and values are coerced
 leniently (``"120"`` is 120 s). Every problem is one :class:`CatalogueIssue` naming the folder's
 file and the key: ``tasks/foo/task.toml: verifier.timeout_sec: must be a number``.
@@ -28,6 +32,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envcheck.catalogue.harbor_files import TaskInputError, select_inputs
+from envcheck.catalogue.harbor_spec import CURRENT_PROTOCOL, HarborProtocol
 from envcheck.catalogue.treehash import tree_hash
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 
@@ -136,6 +142,7 @@ class HarborTask(BaseModel):
     solution_hash: str | None
     workdir: str | None  # the Dockerfile's last WORKDIR: where Harbor's commands run
     user: str | None  # the Dockerfile's last USER
+    protocol: HarborProtocol = CURRENT_PROTOCOL  # the Harbor verifier steps it was read for
 
     @property
     def environment_dir(self) -> Path:
@@ -187,8 +194,22 @@ def _last_instruction(dockerfile: str, keyword: str) -> str | None:
     return None if found is None or "$" in found else found
 
 
-def read_task(folder: Path | str) -> HarborTask:
-    """Read one task folder; raise :class:`CatalogueError` naming the file and key."""
+def _check_inputs(folder: Path, has_solution: bool, protocol: HarborProtocol) -> None:
+    """tests/ and solution/ as Harbor checks them when it loads the task (and as the oracle
+    does before it copies solution/ in)."""
+    for name, script, present in (("tests", "test.sh", True),
+                                  ("solution", "solve.sh", has_solution)):
+        if not present:
+            continue
+        try:
+            select_inputs(folder, name, script, ignore_rules=protocol != "0.24")
+        except TaskInputError as exc:
+            raise _issue(folder, name, "", f"{exc} (Harbor refuses the task)") from None
+
+
+def read_task(folder: Path | str, protocol: HarborProtocol = CURRENT_PROTOCOL) -> HarborTask:
+    """Read one task folder for Harbor's ``protocol``; raise :class:`CatalogueError` naming
+    the file and key."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CatalogueError([CatalogueIssue(str(folder), None, "", "not a task folder")])
@@ -213,6 +234,7 @@ def read_task(folder: Path | str) -> HarborTask:
     docker_text = _read_text(folder, "environment/Dockerfile") if dockerfile else ""
     has_solution = (folder / "solution" / "solve.sh").is_file()
     try:
+        _check_inputs(folder, has_solution, protocol)
         return HarborTask(
             name=config.task.name if config.task is not None else folder.resolve().name,
             folder=str(folder), path=str(folder.resolve()), config=config,
@@ -221,7 +243,7 @@ def read_task(folder: Path | str) -> HarborTask:
             tests_hash=tree_hash(folder / "tests"),
             solution_hash=tree_hash(folder / "solution") if has_solution else None,
             workdir=_last_instruction(docker_text, "WORKDIR"),
-            user=_last_instruction(docker_text, "USER"))
+            user=_last_instruction(docker_text, "USER"), protocol=protocol)
     except OSError as exc:
         where = str(exc.filename) if exc.filename else str(folder)
         raise CatalogueError([CatalogueIssue(where, None, "", f"unreadable: {exc.strerror}")]) \
