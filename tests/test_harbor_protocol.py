@@ -156,6 +156,20 @@ def test_solve_sh_is_made_executable_as_root(tmp_path: Path, runtime: DockerRunt
     assert verdict(result) == (Status.PASS, Reason.OK), result.summary
 
 
+@pytest.mark.docker
+def test_test_sh_runs_in_the_tasks_workdir_with_its_environment(
+        tmp_path: Path, runtime: DockerRuntime) -> None:
+    """[environment].workdir is where Harbor runs every command, and [environment].env the
+    container's own variables, under [verifier].env: test.sh writes its reward only if it
+    finds them so (it wrote none here before, in the image's WORKDIR)."""
+    seen = ('[ "$PWD" = /var/tmp ] && [ "$TASK_ONLY" = task ] && [ "$BOTH" = verifier ] '
+            f"&& echo 0 > {REWARD}")
+    toml = ('workdir = "/var/tmp"\nenv = { TASK_ONLY = "task", BOTH = "task" }\n'
+            '[verifier]\nenv = { BOTH = "verifier" }\n')
+    result = probe(environment(task(tmp_path, seen, toml=toml)), runtime)
+    assert verdict(result) == (Status.PASS, Reason.OK), result.summary
+
+
 # --- the files Harbor copies (pure) ------------------------------------------------------------
 
 

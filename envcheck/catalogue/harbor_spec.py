@@ -46,6 +46,11 @@ class HarborVerifierSpec(ControlledSpec):
     build_timeout_s: Seconds = 600.0
     verifier_env: dict[str, str] = Field(default_factory=dict)
     solution_env: dict[str, str] = Field(default_factory=dict)
+    task_env: dict[str, str] = Field(default_factory=dict, description=(
+        "[environment].env: the container's own variables in Harbor, so every command's, "
+        "under [verifier].env and [solution].env"))
+    command_dir: str | None = Field(None, description=(
+        "[environment].workdir: where Harbor runs every command; None: the image's WORKDIR"))
     verifier_user: str | None = None
     agent_user: str | None = None
     network: str = Field("none", description=(

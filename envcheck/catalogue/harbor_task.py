@@ -8,7 +8,8 @@ schema 1.0/1.1, and harborframework.com/docs/tasks)::
     task/
     ├── task.toml          [verifier] timeout_sec env user; [agent] timeout_sec user;
     │                      [environment] docker_image cpus memory_mb storage_mb gpus
-    │                      allow_internet network_mode build_timeout_sec; [solution] env
+    │                      allow_internet network_mode build_timeout_sec workdir env;
+    │                      [solution] env
     ├── instruction.md
     ├── environment/       Dockerfile (the build context) or docker-compose.yaml
     ├── tests/test.sh      copied to /tests; writes /logs/verifier/reward.txt or reward.json
@@ -92,6 +93,8 @@ class _Environment(_Section):
     allow_internet: bool = True
     network_mode: Literal["public", "no-network", "allowlist"] | None = None
     allowed_hosts: list[str] = Field(default_factory=list)
+    workdir: str | None = None  # where Harbor runs every command (over the image's WORKDIR)
+    env: dict[str, str] = Field(default_factory=dict)  # the container's, every command's
 
     @model_validator(mode="before")
     @classmethod

@@ -7,7 +7,8 @@ Mirrored from Harbor 0.26.0 (``harbor/trial/single_step.py``, ``trial/trial.py``
 
 1. The container starts from the task's image with ``/logs/verifier`` and ``/logs/agent``
    empty and world-writable (Harbor bind-mounts fresh host folders there and ``chmod 777``\\s
-   them). Commands run through ``bash -c`` in the image's WORKDIR.
+   them). Commands run through ``bash -c`` in ``[environment].workdir`` (default: the image's
+   WORKDIR), with ``[environment].env`` under each command's own variables.
 2. **The agent acts.** nop: nothing. **Oracle**: ``solution/`` is copied into ``/solution``
    (merged, as ``docker cp SRC/.`` does; files owned by root, modes kept; through its
    ``.harborignore`` rules, :mod:`envcheck.catalogue.harbor_files`), then, as ``[agent].user``
@@ -78,11 +79,15 @@ mkdir -p /tests || exit 6
 echo {READY}
 """
 _STALE_REWARDS = (f"{REWARD_DIR}/reward.txt", f"{REWARD_DIR}/reward.json")
-_SOLVE = ("{ /solution/solve.sh > /logs/agent/oracle.txt 2>&1; }"
+# Harbor's ``docker exec -w [environment].workdir`` (unset: the image's WORKDIR), as "$1".
+_IN_COMMAND_DIR = """[ -z "$1" ] || cd -- "$1" || { echo "envcheck: no $1 to run in" >&2; exit 1; }
+"""
+_SOLVE = _IN_COMMAND_DIR + ("{ /solution/solve.sh > /logs/agent/oracle.txt 2>&1; }"
           f"\nrc=$?\ntail -c {TAIL_BYTES} /logs/agent/oracle.txt 2>/dev/null\nexit $rc\n")
 # The shell's own complaint (a log folder the agent made read-only) must not come before the
 # reward frames: the frames are read from the start of the output.
-_VERIFY = f"""{{ /tests/test.sh > {REWARD_DIR}/test-stdout.txt 2>&1; }} 2>/dev/null
+_VERIFY = _IN_COMMAND_DIR + f"""\
+{{ /tests/test.sh > {REWARD_DIR}/test-stdout.txt 2>&1; }} 2>/dev/null
 rc=$?
 for f in reward.json reward.txt; do
   p={REWARD_DIR}/$f
@@ -211,10 +216,12 @@ class _Runner:
         except TaskInputError as exc:  # the folder changed since load: Harbor's oracle fails
             return Problem(Reason.ORACLE_FAILED, f"Harbor would not copy solution/: {exc}")
         self.sandbox.put_archive("/solution", solution)
-        env = {"DEBIAN_FRONTEND": "noninteractive",
+        env = {**resolve_env(spec.task_env, "task.toml [environment].env"),
+               "DEBIAN_FRONTEND": "noninteractive",
                **resolve_env(spec.solution_env, "task.toml [solution].env")}
         result = self.bash(_SOLVE, "oracle: /solution/solve.sh", user=spec.agent_user,
-                           timeout_s=spec.agent_timeout_s, env=env)
+                           timeout_s=spec.agent_timeout_s, env=env,
+                           args=(spec.command_dir or "",))
         if result.timed_out:
             return Problem(Reason.TIMEOUT, f"solve.sh ran past the agent timeout of "
                                            f"{spec.agent_timeout_s:g}s and was killed")
@@ -242,10 +249,11 @@ class _Runner:
         except TaskInputError as exc:  # the folder changed since load: Harbor refuses it
             return Problem(Reason.REWARD_MISSING, f"Harbor would not copy tests/: {exc}")
         self.sandbox.put_archive("/tests", tests)
-        env = resolve_env(spec.verifier_env, "task.toml [verifier].env")
+        env = {**resolve_env(spec.task_env, "task.toml [environment].env"),
+               **resolve_env(spec.verifier_env, "task.toml [verifier].env")}
         result = self.bash(_VERIFY, "verifier: /tests/test.sh", user=spec.verifier_user,
                            timeout_s=spec.verifier_timeout_s, env=env or None,
-                           limit=_VERIFY_LIMIT)
+                           limit=_VERIFY_LIMIT, args=(spec.command_dir or "",))
         if result.timed_out:
             return Problem(Reason.TIMEOUT, f"test.sh ran past the verifier timeout of "
                                            f"{spec.verifier_timeout_s:g}s and was killed")
