@@ -170,6 +170,19 @@ def test_test_sh_runs_in_the_tasks_workdir_with_its_environment(
     assert verdict(result) == (Status.PASS, Reason.OK), result.summary
 
 
+@pytest.mark.docker
+@pytest.mark.parametrize("toml", ['[verifier]\nenvironment_mode = "separate"\n',
+                                  f'[verifier.environment]\ndocker_image = "{BASE}"\n'])
+def test_a_verifier_harbor_runs_in_a_container_of_its_own_is_skipped(
+        tmp_path: Path, runtime: DockerRuntime, toml: str) -> None:
+    """Harbor verifies such a task in a fresh container, the agent's artifacts copied in:
+    envcheck verifies only in the agent's, so it says so rather than judge (it paid this nop,
+    and could have failed a sound task)."""
+    result = probe(environment(task(tmp_path, f"echo 1 > {REWARD}", toml=toml)), runtime)
+    assert verdict(result) == (Status.SKIP, Reason.NOT_APPLICABLE), result.summary
+    assert "a container of its own" in result.summary
+
+
 # --- the files Harbor copies (pure) ------------------------------------------------------------
 
 

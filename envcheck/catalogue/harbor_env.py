@@ -13,7 +13,9 @@ network and the tests probe's spec. A dataset loader calls :func:`harbor_parts` 
 - **Compose tasks** (``environment/docker-compose.yaml``): the image is the agent service's,
   built by the tests probe like a Dockerfile task's, tagged by the hash of ``environment/``;
   every run brings the task's services up (:mod:`envcheck.sandbox.compose`).
-- **GPU tasks** carry an ``unsupported`` reason: the probe skips them.
+- **GPU tasks**, and tasks whose verifier Harbor runs in a container of its own
+  (``[verifier].environment_mode = "separate"`` or a ``[verifier.environment]`` table), carry
+  an ``unsupported`` reason: the probe skips them.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
     unsupported = None
     if env.gpus:
         unsupported = f"environment.gpus = {env.gpus}: envcheck's sandboxes have no GPU"
+    elif cfg.verifier.separate:
+        unsupported = ("verifier.environment_mode = 'separate': Harbor verifies in a container "
+                       "of its own, envcheck only in the agent's")
     notes = [f"environment.storage_mb = {env.storage_mb} is not enforced"]
     if env.internet and env.network_mode == "allowlist":
         notes.append("environment.allowed_hosts is not enforced: the whole named network "

@@ -60,6 +60,14 @@ class _Verifier(_Section):
     timeout_sec: float = Field(600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
+    environment_mode: str | None = None  # 'separate': a container of its own (not run)
+    environment: dict[str, Any] | None = None  # that container's [environment]
+
+    @property
+    def separate(self) -> bool:
+        """Harbor runs this verifier in a fresh container of its own, not the agent's."""
+        return self.environment_mode == "separate" or (
+            self.environment_mode is None and self.environment is not None)
 
 
 class _Agent(_Section):
