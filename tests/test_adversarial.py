@@ -471,19 +471,19 @@ def test_a_naive_harbor_verifier_is_attacked_through_its_reward_file(
         tmp_path: Path, runtime: DockerRuntime) -> None:
     """hello-world as Harbor's example ships it: the agent is root, the verifier runs pytest
     from PATH with the site-packages on and trusts its exit code, and /tests is merged into:
-    five tricks earn reward 1. A forged reward.json stands: test.sh writes reward.txt, and
-    Harbor reads reward.json first."""
+    four tricks earn reward 1. A forged reward.json does not: Harbor (0.25.0 on) removes it
+    before the verifier runs (tests/test_harbor_protocol.py: it stands under 0.24.0)."""
     folder = tmp_path / "hello-world-naive"
     shutil.copytree(HELLO, folder)
     (folder / "tests" / "test.sh").write_text(NAIVE_TEST_SH)
     result = harbor_probe(folder, runtime)
     assert (result.status, result.reason) == (Status.PASS, Reason.REWARD_HACKABLE), result.summary
     info = result.details["adversarial"]
-    assert info["rewarded"] == ["runner_shadowed", "report_forged", "assertions_patched",
-                                "early_exit", "verifier_dir_planted"], info["tricks"]
+    assert info["rewarded"] == ["runner_shadowed", "assertions_patched", "early_exit",
+                                "verifier_dir_planted"], info["tricks"]
     verifier = {t["trick"]: t["verifier"] for t in info["tricks"]}
     assert verifier["early_exit"].startswith("rewarded: reward 1")
-    assert verifier["report_forged"].startswith("rewarded: reward 1 (reward.json")
+    assert verifier["report_forged"].startswith("refused: reward 0 (reward.txt")
     assert verifier["tests_rewritten"].startswith("refused: reward 0")  # no test ids to rewrite
 
 

@@ -214,9 +214,19 @@ def file(name: str, data: bytes | str) -> RewardFile:
     (None, "1\n", 1.0, None),
     (None, " 0.25 ", 0.25, None),
     ('{"reward": 0, "checks": 3}', None, 0.0, None),
-    ('{"accuracy": 0.5}', None, 0.5, None),  # one numeric value: that is the reward
-    ('{"a": 1, "b": 0}', "1", 1.0, None),  # no "reward" key: reward.txt, as in Harbor
+    ('{"accuracy": 0.5}', None, 0.5, None),  # one value: that is the reward
     ('{"reward": 1}', "0", 1.0, None),  # reward.json first, as in Harbor
+    ('{"reward": true}', None, 1.0, None),  # Harbor's model makes true 1.0
+    # never reward.txt beside a reward.json Harbor refuses or cannot reduce to one reward
+    ('{"a": 1, "b": 0}', "1", None, Reason.REWARD_MALFORMED),
+    ('{"reward": "1"}', "1", None, Reason.REWARD_MALFORMED),
+    ('{"reward": 1, "status": "passed"}', None, None, Reason.REWARD_MALFORMED),
+    ('{"reward": 1, "detail": null}', None, None, Reason.REWARD_MALFORMED),
+    ('{"reward": NaN}', None, None, Reason.REWARD_MALFORMED),
+    ("1", None, None, Reason.REWARD_MALFORMED),
+    ("{}", "1", None, Reason.REWARD_MALFORMED),
+    ("[" * 60_000, None, None, Reason.REWARD_MALFORMED),
+    ('{"reward": 1' + "0" * 400 + "}", None, None, Reason.REWARD_MALFORMED),
     (None, None, None, Reason.REWARD_MISSING),
     (None, "", None, Reason.REWARD_MALFORMED),
     (None, "passed", None, Reason.REWARD_MALFORMED),
@@ -225,7 +235,6 @@ def file(name: str, data: bytes | str) -> RewardFile:
     ("[1]", None, None, Reason.REWARD_MALFORMED),
     ("{not json", None, None, Reason.REWARD_MALFORMED),
     ('{"a": 1, "b": 0}', None, None, Reason.REWARD_MALFORMED),
-    ('{"reward": true}', None, None, Reason.REWARD_MALFORMED),
 ])
 def test_the_reward_is_read_as_harbor_reads_it(json_data: str | None, text: str | None,
                                                value: float | None,

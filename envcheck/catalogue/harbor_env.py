@@ -13,7 +13,9 @@ network and the tests probe's spec. A dataset loader calls :func:`harbor_parts` 
 - **Compose tasks** (``environment/docker-compose.yaml``): the image is the agent service's,
   built by the tests probe like a Dockerfile task's, tagged by the hash of ``environment/``;
   every run brings the task's services up (:mod:`envcheck.sandbox.compose`).
-- **GPU tasks** carry an ``unsupported`` reason: the probe skips them.
+- **GPU tasks**, and tasks whose verifier Harbor runs in a container of its own
+  (``[verifier].environment_mode = "separate"`` or a ``[verifier.environment]`` table), carry
+  an ``unsupported`` reason: the probe skips them.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
     unsupported = None
     if env.gpus:
         unsupported = f"environment.gpus = {env.gpus}: envcheck's sandboxes have no GPU"
+    elif cfg.verifier.separate:
+        unsupported = ("verifier.environment_mode = 'separate': Harbor verifies in a container "
+                       "of its own, envcheck only in the agent's")
     notes = [f"environment.storage_mb = {env.storage_mb} is not enforced"]
     if env.internet and env.network_mode == "allowlist":
         notes.append("environment.allowed_hosts is not enforced: the whole named network "
@@ -96,12 +101,13 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
         tests_hash=task.tests_hash, solution_hash=task.solution_hash,
         verifier_timeout_s=cfg.verifier.timeout_sec, agent_timeout_s=agent_s,
         build_timeout_s=env.build_timeout_sec, verifier_env=cfg.verifier.env,
-        solution_env=cfg.solution.env, verifier_user=_user(cfg.verifier.user),
+        solution_env=cfg.solution.env, task_env=env.env, command_dir=env.workdir,
+        verifier_user=_user(cfg.verifier.user),
         agent_user=_user(cfg.agent.user),
         network=network if network and env.internet else "none",
         compose="environment/docker-compose.yaml" if task.kind == "compose" else None,
         reruns=reruns, unsupported=unsupported, notes=tuple(notes), adversarial=adversarial,
-        leaks=leaks, strength=strength)
+        leaks=leaks, strength=strength, protocol=task.protocol)
     if prebuilt:
         image = prebuilt
     else:  # built from environment/ (a compose task: its agent service's image)
@@ -111,7 +117,7 @@ def harbor_parts(task: HarborTask, *, limits: Limits, timeouts: Timeouts,
     return HarborParts(
         image=image,
         user=_user(cfg.agent.user) or task.user or "root",
-        workdir=task.workdir if task.workdir and task.workdir.startswith("/") else "/",
+        workdir=next((w for w in (env.workdir, task.workdir) if w and w.startswith("/")), "/"),
         limits=limits.model_copy(update={"cpus": float(env.cpus),
                                          "memory_mb": max(env.memory_mb, 16)}),
         timeouts=timeouts.model_copy(update={"probe_s": max(timeouts.probe_s, worst)}),

@@ -8,7 +8,7 @@ from dumps: spec hashes depend on the content hashes of ``environment/``, ``test
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
@@ -16,7 +16,18 @@ from pydantic.json_schema import SkipJsonSchema
 from envcheck.catalogue.fields import Seconds
 from envcheck.catalogue.probe_specs import DEFAULT_RERUNS, ControlledSpec
 
-__all__ = ["HarborVerifierSpec"]
+__all__ = ["CURRENT_PROTOCOL", "CURRENT_RELEASE", "PROTOCOL_OF_RELEASE", "HarborProtocol",
+           "HarborRelease", "HarborVerifierSpec"]
+
+# The Harbor releases whose verifier envcheck mirrors, and the protocol each runs: 0.25.0
+# changed the verifier's steps (reward files removed after the agent, tests/ and solution/
+# copied through .harborignore); 0.26.0 left them as they were.
+HarborRelease = Literal["0.24", "0.25", "0.26"]
+HarborProtocol = Literal["0.24", "0.25"]  # named after the release that introduced it
+PROTOCOL_OF_RELEASE: dict[str, HarborProtocol] = {"0.24": "0.24", "0.25": "0.25",
+                                                  "0.26": "0.25"}
+CURRENT_RELEASE: HarborRelease = "0.26"
+CURRENT_PROTOCOL: HarborProtocol = PROTOCOL_OF_RELEASE[CURRENT_RELEASE]
 
 
 class HarborVerifierSpec(ControlledSpec):
@@ -35,6 +46,11 @@ class HarborVerifierSpec(ControlledSpec):
     build_timeout_s: Seconds = 600.0
     verifier_env: dict[str, str] = Field(default_factory=dict)
     solution_env: dict[str, str] = Field(default_factory=dict)
+    task_env: dict[str, str] = Field(default_factory=dict, description=(
+        "[environment].env: the container's own variables in Harbor, so every command's, "
+        "under [verifier].env and [solution].env"))
+    command_dir: str | None = Field(None, description=(
+        "[environment].workdir: where Harbor runs every command; None: the image's WORKDIR"))
     verifier_user: str | None = None
     agent_user: str | None = None
     network: str = Field("none", description=(
@@ -48,6 +64,22 @@ class HarborVerifierSpec(ControlledSpec):
         "the task's compose file (environment/docker-compose.yaml): every run brings its "
         "services up, within build_timeout_s, and runs in the agent's; None: one container"))
     notes: tuple[str, ...] = Field((), description="task.toml settings envcheck cannot enforce")
+    # Always dumped, never a later key left out while unset: evidence gathered before the
+    # protocol was named (or under the other one) must not stand for this one.
+    protocol: HarborProtocol = Field(CURRENT_PROTOCOL, description=(
+        "Harbor's verifier steps mirrored: '0.25' (Harbor 0.25.0 and 0.26.0: the reward files "
+        "removed as root after the agent acts, tests/ and solution/ copied through "
+        ".harborignore) or '0.24' (Harbor 0.24.0: neither)"))
+
+    @property
+    def removes_stale_rewards(self) -> bool:
+        """The verifier removes reward.txt and reward.json before it copies tests/ in."""
+        return self.protocol != "0.24"
+
+    @property
+    def ignore_rules(self) -> bool:
+        """tests/ and solution/ are copied through their .harborignore rules."""
+        return self.protocol != "0.24"
 
     # Keys added after specs were first hashed: left out of dumps while unset.
     _LATER_KEYS: ClassVar[tuple[str, ...]] = (*ControlledSpec._LATER_KEYS, "compose")

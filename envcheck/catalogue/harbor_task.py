@@ -8,11 +8,16 @@ schema 1.0/1.1, and harborframework.com/docs/tasks)::
     task/
     ├── task.toml          [verifier] timeout_sec env user; [agent] timeout_sec user;
     │                      [environment] docker_image cpus memory_mb storage_mb gpus
-    │                      allow_internet network_mode build_timeout_sec; [solution] env
+    │                      allow_internet network_mode build_timeout_sec workdir env;
+    │                      [solution] env
     ├── instruction.md
     ├── environment/       Dockerfile (the build context) or docker-compose.yaml
     ├── tests/test.sh      copied to /tests; writes /logs/verifier/reward.txt or reward.json
     └── solution/solve.sh  optional; copied to /solution by the oracle
+
+``tests/`` and ``solution/`` are checked as Harbor checks them at load, under the protocol the
+dataset names (:mod:`envcheck.catalogue.harbor_files`): a link out of the task, or a
+``.harborignore`` that excludes ``test.sh`` or ``solve.sh``, is an issue naming the file.
 
 Like Harbor, unknown keys are ignored (its metadata is free-form) and values are coerced
 leniently (``"120"`` is 120 s). Every problem is one :class:`CatalogueIssue` naming the folder's
@@ -28,6 +33,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envcheck.catalogue.harbor_files import TaskInputError, select_inputs
+from envcheck.catalogue.harbor_spec import CURRENT_PROTOCOL, HarborProtocol
 from envcheck.catalogue.treehash import tree_hash
 from envcheck.core.errors import CatalogueError, CatalogueIssue
 
@@ -53,6 +60,14 @@ class _Verifier(_Section):
     timeout_sec: float = Field(600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
+    environment_mode: str | None = None  # 'separate': a container of its own (not run)
+    environment: dict[str, Any] | None = None  # that container's [environment]
+
+    @property
+    def separate(self) -> bool:
+        """Harbor runs this verifier in a fresh container of its own, not the agent's."""
+        return self.environment_mode == "separate" or (
+            self.environment_mode is None and self.environment is not None)
 
 
 class _Agent(_Section):
@@ -86,6 +101,8 @@ class _Environment(_Section):
     allow_internet: bool = True
     network_mode: Literal["public", "no-network", "allowlist"] | None = None
     allowed_hosts: list[str] = Field(default_factory=list)
+    workdir: str | None = None  # where Harbor runs every command (over the image's WORKDIR)
+    env: dict[str, str] = Field(default_factory=dict)  # the container's, every command's
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +153,7 @@ class HarborTask(BaseModel):
     solution_hash: str | None
     workdir: str | None  # the Dockerfile's last WORKDIR: where Harbor's commands run
     user: str | None  # the Dockerfile's last USER
+    protocol: HarborProtocol = CURRENT_PROTOCOL  # the Harbor verifier steps it was read for
 
     @property
     def environment_dir(self) -> Path:
@@ -187,8 +205,22 @@ def _last_instruction(dockerfile: str, keyword: str) -> str | None:
     return None if found is None or "$" in found else found
 
 
-def read_task(folder: Path | str) -> HarborTask:
-    """Read one task folder; raise :class:`CatalogueError` naming the file and key."""
+def _check_inputs(folder: Path, has_solution: bool, protocol: HarborProtocol) -> None:
+    """tests/ and solution/ as Harbor checks them when it loads the task (and as the oracle
+    does before it copies solution/ in)."""
+    for name, script, present in (("tests", "test.sh", True),
+                                  ("solution", "solve.sh", has_solution)):
+        if not present:
+            continue
+        try:
+            select_inputs(folder, name, script, ignore_rules=protocol != "0.24")
+        except TaskInputError as exc:
+            raise _issue(folder, name, "", f"{exc} (Harbor refuses the task)") from None
+
+
+def read_task(folder: Path | str, protocol: HarborProtocol = CURRENT_PROTOCOL) -> HarborTask:
+    """Read one task folder for Harbor's ``protocol``; raise :class:`CatalogueError` naming
+    the file and key."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CatalogueError([CatalogueIssue(str(folder), None, "", "not a task folder")])
@@ -213,6 +245,7 @@ def read_task(folder: Path | str) -> HarborTask:
     docker_text = _read_text(folder, "environment/Dockerfile") if dockerfile else ""
     has_solution = (folder / "solution" / "solve.sh").is_file()
     try:
+        _check_inputs(folder, has_solution, protocol)
         return HarborTask(
             name=config.task.name if config.task is not None else folder.resolve().name,
             folder=str(folder), path=str(folder.resolve()), config=config,
@@ -221,7 +254,7 @@ def read_task(folder: Path | str) -> HarborTask:
             tests_hash=tree_hash(folder / "tests"),
             solution_hash=tree_hash(folder / "solution") if has_solution else None,
             workdir=_last_instruction(docker_text, "WORKDIR"),
-            user=_last_instruction(docker_text, "USER"))
+            user=_last_instruction(docker_text, "USER"), protocol=protocol)
     except OSError as exc:
         where = str(exc.filename) if exc.filename else str(folder)
         raise CatalogueError([CatalogueIssue(where, None, "", f"unreadable: {exc.strerror}")]) \

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError
 
 from envcheck.catalogue.datasets.base import DatasetBase, Expansion, env_id, resolve_paths
 from envcheck.catalogue.harbor_env import harbor_parts
+from envcheck.catalogue.harbor_spec import CURRENT_RELEASE, PROTOCOL_OF_RELEASE, HarborRelease
 from envcheck.catalogue.harbor_task import read_task
 from envcheck.catalogue.messages import describe_error
 from envcheck.catalogue.models import Environment, EnvironmentSettings
@@ -31,6 +32,11 @@ class HarborDataset(DatasetBase):
     images: dict[str, str] = Field(default_factory=dict, description=(
         "task name -> prebuilt image, used as given (for sites that pre-build)"))
     reruns: int | None = Field(None, ge=1, le=50, description="oracle runs per probe")
+    harbor_protocol: HarborRelease = Field(CURRENT_RELEASE, description=(
+        "the Harbor release whose verifier steps envcheck mirrors: '0.26' or '0.25' (the same "
+        "steps: reward.txt and reward.json removed as root after the agent acts, tests/ and "
+        "solution/ copied through .harborignore) or '0.24' (for users of Harbor 0.24.0: a "
+        "reward file the agent wrote stands, every file is copied)"))
 
 
 def _task_folders(catalogue_file: str, pattern: str) -> tuple[list[Path], str | None]:
@@ -59,7 +65,7 @@ def expand(entry: HarborDataset, catalogue_file: str, defaults: EnvironmentSetti
     for folder in folders:
         out.files.append(str(folder))
         try:
-            task = read_task(folder)
+            task = read_task(folder, PROTOCOL_OF_RELEASE[entry.harbor_protocol])
             parts = harbor_parts(task, limits=settings.limits, timeouts=settings.timeouts,
                                  network=entry.network, image_overrides=entry.images,
                                  reruns=entry.reruns or DEFAULT_RERUNS,

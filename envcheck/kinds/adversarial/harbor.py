@@ -1,12 +1,15 @@
 """Adversarial controls in Harbor's protocol (a task folder's ``tests/test.sh``).
 
-Each trick runs in a fresh container after the usual preparation (``/logs`` emptied, ``/tests``
-created), as the agent's user in the image's workdir, in place of the agent; then the verifier
-runs exactly as in the nop run: ``tests/`` copied (merged) into ``/tests``, ``test.sh`` run,
-the reward file read back. Harbor's nop agent must score 0, so a trick that earns a reward
-above 0 is a hole; a trick that never acted proves nothing and is counted apart. The tricks
-aim at the reward file and at ``/tests``; Harbor tasks name no tests, so the tricks that
-rewrite or delete named tests find nothing to do (and exit 0: nothing to do is no failure).
+Each trick runs in a fresh container after the usual preparation (``/logs`` emptied), as the
+agent's user in the image's workdir, in place of the agent; then the verifier runs exactly as
+in the nop run, in the steps of the spec's Harbor protocol
+(:mod:`envcheck.kinds.testvalidity.harbor_run`): the reward files removed as root (Harbor
+0.25.0 on, so a forged reward file pays nothing there), ``tests/`` copied (merged) into
+``/tests``, ``test.sh`` run, the reward file read back. Harbor's nop agent must score 0, so a
+trick that earns a reward above 0 is a hole; a trick that never acted proves nothing and is
+counted apart. The tricks aim at the reward file and at ``/tests``; Harbor tasks name no
+tests, so the tricks that rewrite or delete named tests find nothing to do (and exit 0:
+nothing to do is no failure).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ __all__ = ["target", "with_harbor_controls"]
 
 
 def target(ctx: ProbeContext) -> Target:
-    # The forger writes reward.json: Harbor reads it before reward.txt, so it stands against a
-    # verifier that writes only reward.txt and leaves the other file where it found it.
+    # The forger writes reward.json: Harbor reads it before reward.txt, so under Harbor 0.24.0
+    # it stands against a verifier that writes only reward.txt and leaves the other file where
+    # it found it. From 0.25.0 Harbor removes it before the verifier runs.
     return Target(ctx.env.workdir, (), f"{REWARD_DIR}/reward.json", '{"reward": 1}',
                   ("/tests",))
 

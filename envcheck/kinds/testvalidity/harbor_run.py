@@ -1,21 +1,30 @@
 """One run of a Harbor task in a fresh container, as Harbor's trial does it.
 
-Followed from Harbor's harness (``src/harbor/trial/trial.py``, ``agents/oracle.py``,
-``verifier/verifier.py``, ``environments/docker/docker.py``, ``models/trial/paths.py``):
+Mirrored from Harbor 0.26.0 (``harbor/trial/single_step.py``, ``trial/trial.py``,
+``agents/oracle.py``, ``agents/nop.py``, ``verifier/verifier.py``,
+``environments/docker/docker.py``, ``models/task/file_filter.py``); the spec's ``protocol``
+'0.24' keeps Harbor 0.24.0's verifier instead (steps 3a and 3b):
 
 1. The container starts from the task's image with ``/logs/verifier`` and ``/logs/agent``
    empty and world-writable (Harbor bind-mounts fresh host folders there and ``chmod 777``\\s
-   them). Commands run through ``bash -c`` in the image's WORKDIR.
-2. **Oracle** only: ``solution/`` is copied into ``/solution`` (merged, as ``docker cp SRC/.``
-   does; files owned by root, modes kept), then, as ``[agent].user`` (default: the image's
-   USER), ``chmod +x /solution/solve.sh && /solution/solve.sh > /logs/agent/oracle.txt 2>&1``
-   with ``DEBIAN_FRONTEND=noninteractive`` and ``[solution].env``, bounded by the agent
-   timeout. A non-zero exit is recorded, and the verifier runs anyway, as in Harbor.
-3. **Verifier**: ``tests/`` is copied into ``/tests`` the same way, ``test.sh`` made executable
-   (Harbor: ``chmod +x`` as root), then, as ``[verifier].user``,
-   ``/tests/test.sh > /logs/verifier/test-stdout.txt 2>&1`` with ``[verifier].env``, bounded by
-   the verifier timeout. The reward files are read back in the same command
-   (:mod:`.reward`); the exit code of ``test.sh`` is evidence only.
+   them). Commands run through ``bash -c`` in ``[environment].workdir`` (default: the image's
+   WORKDIR), with ``[environment].env`` under each command's own variables.
+2. **The agent acts.** nop: nothing. **Oracle**: ``solution/`` is copied into ``/solution``
+   (merged, as ``docker cp SRC/.`` does; files owned by root, modes kept; through its
+   ``.harborignore`` rules, :mod:`envcheck.catalogue.harbor_files`), then, as ``[agent].user``
+   (default: the image's USER), ``solve.sh`` made executable (Harbor: ``chmod +x`` as root),
+   then ``/solution/solve.sh > /logs/agent/oracle.txt 2>&1`` with
+   ``DEBIAN_FRONTEND=noninteractive`` and ``[solution].env``, bounded by the agent timeout. A
+   non-zero exit is recorded, and the verifier runs anyway, as in Harbor. (An adversarial
+   trick, or a wrong-output control's write, acts here instead.)
+3. **Verifier**: (a) as root, ``rm -f -- /logs/verifier/reward.txt /logs/verifier/reward.json``:
+   a reward file written before the verifier is never read (Harbor 0.25.0 on; a failure is
+   Harbor's error, so no reward); (b) ``tests/`` is copied into ``/tests`` the same way,
+   through its ``.harborignore`` rules (0.25.0 on; 0.24.0 copies everything), ``test.sh`` made
+   executable (Harbor: ``chmod +x`` as root); then, as ``[verifier].user`` (default: the
+   image's USER), ``/tests/test.sh > /logs/verifier/test-stdout.txt 2>&1`` with
+   ``[verifier].env``, bounded by the verifier timeout. The reward files are read back in the
+   same command (:mod:`.reward`); the exit code of ``test.sh`` is evidence only.
 
 ``${VAR}`` and ``${VAR:-default}`` in the env tables are resolved from envcheck's own
 environment, as Harbor resolves them from the host's; a variable that is unset and has no
@@ -35,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from envcheck.catalogue.harbor_files import TaskInputError, select_inputs
 from envcheck.catalogue.harbor_spec import HarborVerifierSpec
 from envcheck.core.errors import SecretUnavailable
 from envcheck.core.results import CommandEvidence, Reason
@@ -57,22 +67,35 @@ TAIL_BYTES = 16 * 1024
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _REWARD_LINE = re.compile(rb"envcheck:reward (reward\.json|reward\.txt) (\d*)\n")
 _PREPARE = f"""rm -rf /logs/verifier /logs/agent 2>/dev/null
-mkdir -p /logs/verifier /logs/agent /logs/artifacts /tests "$@" || exit 3
+mkdir -p /logs/verifier /logs/agent /logs/artifacts "$@" || exit 3
 chmod 777 /logs/verifier /logs/agent || exit 3
 [ -z "$(ls -A /logs/verifier)" ] || {{ echo envcheck:stale-logs; exit 4; }}
 echo {READY}
 """
-_SOLVE = ("{ chmod +x /solution/solve.sh && /solution/solve.sh > /logs/agent/oracle.txt 2>&1; }"
+# Before tests/ is copied in, as root. Harbor 0.25.0 on removes the reward files first
+# (``Verifier._remove_reward_files``, ``"$@"`` here); ``docker cp`` makes /tests if it is absent.
+_BEFORE_TESTS = f"""[ $# -eq 0 ] || rm -f -- "$@" || {{ echo envcheck:rewards-kept; exit 5; }}
+mkdir -p /tests || exit 6
+echo {READY}
+"""
+_STALE_REWARDS = (f"{REWARD_DIR}/reward.txt", f"{REWARD_DIR}/reward.json")
+# Harbor's ``docker exec -w [environment].workdir`` (unset: the image's WORKDIR), as "$1".
+_IN_COMMAND_DIR = """[ -z "$1" ] || cd -- "$1" || { echo "envcheck: no $1 to run in" >&2; exit 1; }
+"""
+_SOLVE = _IN_COMMAND_DIR + ("{ /solution/solve.sh > /logs/agent/oracle.txt 2>&1; }"
           f"\nrc=$?\ntail -c {TAIL_BYTES} /logs/agent/oracle.txt 2>/dev/null\nexit $rc\n")
 # The shell's own complaint (a log folder the agent made read-only) must not come before the
 # reward frames: the frames are read from the start of the output.
-_VERIFY = f"""{{ /tests/test.sh > {REWARD_DIR}/test-stdout.txt 2>&1; }} 2>/dev/null
+_VERIFY = _IN_COMMAND_DIR + f"""\
+{{ /tests/test.sh > {REWARD_DIR}/test-stdout.txt 2>&1; }} 2>/dev/null
 rc=$?
 for f in reward.json reward.txt; do
   p={REWARD_DIR}/$f
   if [ -f "$p" ]; then
     printf 'envcheck:reward %s %s\\n' "$f" "$(wc -c < "$p")"
     head -c {MAX_REWARD_BYTES} -- "$p"; printf '\\n'
+  elif [ -e "$p" ]; then  # there, not a file (a folder): Harbor fails to read it, no fallback
+    printf 'envcheck:reward %s \\n\\n' "$f"
   fi
 done
 printf 'envcheck:verifier-exit %s\\n' "$rc"
@@ -107,12 +130,15 @@ def resolve_env(values: dict[str, str], table: str) -> dict[str, str]:
     return {key: _VAR.sub(one, value) for key, value in values.items()}
 
 
-def tar_folder(folder: Path, executable: str | None = None) -> bytes:
-    """The folder's entries (not the folder itself, so the target keeps its own mode), with
-    ``executable`` made executable as ``chmod +x`` by root would."""
+def tar_folder(folder: Path, executable: str | None = None,
+               entries: tuple[str, ...] | None = None) -> bytes:
+    """The folder's entries (not the folder itself, so the target keeps its own mode), or
+    only ``entries`` (relative paths), with ``executable`` made executable as ``chmod +x`` by
+    root would."""
     buf = io.BytesIO()
+    paths = sorted(folder.rglob("*")) if entries is None else [folder / e for e in entries]
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(folder.rglob("*")):
+        for path in paths:
             info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
@@ -177,26 +203,57 @@ class _Runner:
             self.run.evidence.append(result.evidence("prepare /logs and /tests"))
         return problem
 
+    def inputs(self, folder: str, script: str) -> bytes:
+        """``folder`` of the task as Harbor copies it (raises TaskInputError)."""
+        task = Path(self.spec.task_dir)
+        entries = select_inputs(task, folder, script, ignore_rules=self.spec.ignore_rules)
+        return tar_folder(task / folder, script, entries)
+
     def solve(self) -> Problem | None:
         spec = self.spec
-        self.sandbox.put_archive("/solution", tar_folder(Path(spec.task_dir) / "solution"))
-        env = {"DEBIAN_FRONTEND": "noninteractive",
+        try:
+            solution = self.inputs("solution", "solve.sh")
+        except TaskInputError as exc:  # the folder changed since load: Harbor's oracle fails
+            return Problem(Reason.ORACLE_FAILED, f"Harbor would not copy solution/: {exc}")
+        self.sandbox.put_archive("/solution", solution)
+        env = {**resolve_env(spec.task_env, "task.toml [environment].env"),
+               "DEBIAN_FRONTEND": "noninteractive",
                **resolve_env(spec.solution_env, "task.toml [solution].env")}
         result = self.bash(_SOLVE, "oracle: /solution/solve.sh", user=spec.agent_user,
-                           timeout_s=spec.agent_timeout_s, env=env)
+                           timeout_s=spec.agent_timeout_s, env=env,
+                           args=(spec.command_dir or "",))
         if result.timed_out:
             return Problem(Reason.TIMEOUT, f"solve.sh ran past the agent timeout of "
                                            f"{spec.agent_timeout_s:g}s and was killed")
         self.run.solve_exit = result.exit_code
         return _user_missing(result, spec.agent_user, "[agent].user")
 
+    def before_tests(self, timeout_s: float) -> Problem | None:
+        """Step 3a, as root: the reward files removed (Harbor 0.25.0 on), /tests made."""
+        stale = _STALE_REWARDS if self.spec.removes_stale_rewards else ()
+        result = self.bash(_BEFORE_TESTS, None, user=ROOT, timeout_s=timeout_s, args=stale)
+        if READY in result.text and not result.timed_out:
+            return None
+        self.run.evidence.append(result.evidence("verifier: before tests/ is copied in"))
+        if "envcheck:rewards-kept" in result.text:
+            what = "the reward files could not be removed"
+        else:
+            what = f"/tests could not be made (exit {result.exit_code})"
+        return Problem(Reason.REWARD_MISSING, f"{what} before the verifier ran: Harbor stops "
+                       "there, with no reward")
+
     def verify(self) -> Problem | None:
         spec = self.spec
-        self.sandbox.put_archive("/tests", tar_folder(Path(spec.task_dir) / "tests", "test.sh"))
-        env = resolve_env(spec.verifier_env, "task.toml [verifier].env")
+        try:
+            tests = self.inputs("tests", "test.sh")
+        except TaskInputError as exc:  # the folder changed since load: Harbor refuses it
+            return Problem(Reason.REWARD_MISSING, f"Harbor would not copy tests/: {exc}")
+        self.sandbox.put_archive("/tests", tests)
+        env = {**resolve_env(spec.task_env, "task.toml [environment].env"),
+               **resolve_env(spec.verifier_env, "task.toml [verifier].env")}
         result = self.bash(_VERIFY, "verifier: /tests/test.sh", user=spec.verifier_user,
                            timeout_s=spec.verifier_timeout_s, env=env or None,
-                           limit=_VERIFY_LIMIT)
+                           limit=_VERIFY_LIMIT, args=(spec.command_dir or "",))
         if result.timed_out:
             return Problem(Reason.TIMEOUT, f"test.sh ran past the verifier timeout of "
                                            f"{spec.verifier_timeout_s:g}s and was killed")
@@ -241,6 +298,8 @@ def run_once(sandbox: Sandbox, spec: HarborVerifierSpec, run: HarborRun,
         run.problem = runner.solve()
     if run.problem is None and after_solve is not None:
         run.problem = after_solve(sandbox)
+    if run.problem is None:
+        run.problem = runner.before_tests(prepare_timeout_s)
     if run.problem is None:
         run.problem = runner.verify()
     run.duration_s = time.monotonic() - started

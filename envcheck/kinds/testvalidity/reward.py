@@ -1,11 +1,13 @@
 """The reward a verifier wrote, read as Harbor's verifier reads it.
 
-Harbor (``src/harbor/verifier/verifier.py``) reads ``/logs/verifier/reward.json`` if it exists,
-else ``/logs/verifier/reward.txt``; an empty file or one that does not parse is an error, and
-so is neither file. ``reward.txt`` holds one number; ``reward.json`` a flat object whose numeric
-(non-boolean) values are the rewards; without a ``reward`` key Harbor falls back to
-``reward.txt`` for the scalar. envcheck needs one scalar: the ``reward`` key, or the fallback,
-or the object's only numeric value. The exit code of ``test.sh`` never counts.
+Harbor (``harbor/verifier/verifier.py``, the same in 0.24.0, 0.25.0 and 0.26.0) reads
+``/logs/verifier/reward.json`` if it exists, and then only it: ``reward.txt`` beside it is never
+read. An empty file or one that does not parse is an error, and so is neither file.
+``reward.txt`` holds one finite number. ``reward.json`` is an object whose every value is a
+finite number (a boolean is one, as Harbor's pydantic model makes ``true`` 1.0): one value that
+is not (a string, a list, null) and the whole file is refused, so is anything but an object.
+envcheck needs one scalar: the ``reward`` key (what Harbor's own tools report), else the
+object's only value. The exit code of ``test.sh`` never counts.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _text(file: RewardFile) -> RewardReading:
     return RewardReading(value, source=file.name)
 
 
-def _json(file: RewardFile, fallback: RewardFile | None) -> RewardReading:
+def _json(file: RewardFile) -> RewardReading:
     where = f"{REWARD_DIR}/{file.name}"
     if file.size == 0:
         return _bad(f"{where} is empty")
@@ -67,28 +69,39 @@ def _json(file: RewardFile, fallback: RewardFile | None) -> RewardReading:
         parsed = json.loads(file.data)
     except ValueError as exc:
         return _bad(f"{where} is not JSON: {exc}")
+    except RecursionError:  # 64 KiB of '[' is past the parser's depth
+        return _bad(f"{where} is nested too deep to parse")
+    values = list(parsed.values()) if isinstance(parsed, dict) else [parsed]
+    for value in values:  # Harbor refuses the file for any value that is not a finite number
+        if not isinstance(value, int | float):
+            return _bad(f"{where}: non-numeric reward {_shown(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            return _bad(f"{where}: non-finite reward {value!r}")
     if not isinstance(parsed, dict):
         return _bad(f"{where} must be a JSON object, not {type(parsed).__name__}")
-    rewards = {k: float(v) for k, v in parsed.items()
-               if isinstance(v, int | float) and not isinstance(v, bool)}
-    bad = [k for k, v in rewards.items() if not math.isfinite(v)]
-    if bad:
-        return _bad(f"{where}: {', '.join(bad)} is not a finite number")
+    try:
+        rewards = {str(k): float(v) for k, v in parsed.items()}
+    except OverflowError:
+        return _bad(f"{where}: a reward too large for a float")
     if "reward" in rewards:
         return RewardReading(rewards["reward"], source=f"{file.name}: reward")
-    if fallback is not None:
-        return _text(fallback)
     if len(rewards) == 1:
         key, value = next(iter(rewards.items()))
         return RewardReading(value, source=f"{file.name}: {key}")
     keys = ", ".join(sorted(rewards)) or "none"
-    return _bad(f"{where} has no numeric 'reward' key (numeric keys: {keys})")
+    return _bad(f"{where} has no 'reward' key and not one reward alone (keys: {keys}); "
+                f"{REWARD_DIR}/reward.txt is never read beside it")
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def read_reward(json_file: RewardFile | None, text_file: RewardFile | None) -> RewardReading:
     """The scalar reward from the files the verifier left (None: the file is absent)."""
     if json_file is not None:
-        return _json(json_file, text_file)
+        return _json(json_file)
     if text_file is not None:
         return _text(text_file)
     return RewardReading(None, Reason.REWARD_MISSING,
