@@ -2,10 +2,12 @@
 
     envcheck dashboard [--port 8501] [--database URL] [--api-url URL]
 
-or ``streamlit run dashboards/app.py`` (installed: ``envcheck/dashboards/app.py`` in
-site-packages) with ``ENVCHECK_DATABASE_URL`` (default: the local SQLite
-store) and, to quarantine and release from the Quarantine page, ``ENVCHECK_API_URL`` plus
-``ENVCHECK_API_TOKEN`` / ``ENVCHECK_API_TOKEN_FILE`` (or a token typed in the session).
+or ``streamlit run dashboards/serve.py`` (what ``envcheck dashboard`` runs: this app with the
+page-recovery script in every page; ``streamlit run dashboards/app.py`` serves it without;
+installed, both are in ``envcheck/dashboards/`` in site-packages) with
+``ENVCHECK_DATABASE_URL`` (default: the local SQLite store) and, to quarantine and release
+from the Quarantine page, ``ENVCHECK_API_URL`` plus ``ENVCHECK_API_TOKEN`` /
+``ENVCHECK_API_TOKEN_FILE`` (or a token typed in the session).
 Reads go through :mod:`envcheck.dashboard.cached` (cached, paginated); there is no SQL here.
 """
 

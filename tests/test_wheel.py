@@ -27,7 +27,14 @@ import requests
 from setuptools import find_packages
 
 from tests import dashboard_seed as fleet
-from tests.browser import CHROMIUM_FLAGS, IDLE, chromium_path, served_dashboard
+from tests.browser import (
+    CHROMIUM_FLAGS,
+    IDLE,
+    chromium_path,
+    failure_boxes,
+    open_whole,
+    served_dashboard,
+)
 from tests.conftest import ROOT
 
 # What `import envcheck.client` may bring in besides the standard library: requests (and what
@@ -126,6 +133,7 @@ def test_the_wheel_holds_the_dashboard(installed: Installed) -> None:
     for shipped in ("envcheck/dashboards/app.py", "envcheck/dashboards/envcheck_ui.py",
                     "envcheck/dashboards/views/fleet.py", "envcheck/dashboards/views/quarantine.py",
                     "envcheck/dashboards/.streamlit/config.toml",
+                    "envcheck/dashboards/serve.py", "envcheck/dashboard/page_recovery.py",
                     "envcheck/store/migrations/script.py.mako",
                     "envcheck/kinds/dependencies/dependencies.sh", "envcheck/py.typed"):
         assert shipped in names, shipped
@@ -177,8 +185,9 @@ def served(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> It
 def test_envcheck_dashboard_runs_from_the_wheel(served: str) -> None:
     health = requests.get(f"{served}/_stcore/health", timeout=10)
     assert health.status_code == 200 and health.text == "ok"
-    index = requests.get(served, timeout=10)
+    index = requests.get(served, timeout=10, headers={"Accept": "text/html"})
     assert index.status_code == 200 and "<title>" in index.text
+    assert "envcheck.page-recovery" in index.text  # served through the wheel's serve.py
     # The pages are Python run by the server: a browser shows that they ran, from the wheel.
     from playwright.sync_api import sync_playwright
 
@@ -189,12 +198,11 @@ def test_envcheck_dashboard_runs_from_the_wheel(served: str) -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for path, title, expected in (("/", "Fleet", "Environments 21"),
                                           ("/quarantine", "Quarantine", "Read-only.")):
-                page.goto(served + path)
+                open_whole(page, served + path)
                 # the page's title is drawn while its script runs; idle after it, the run ended
                 page.wait_for_selector(f"h1:has-text('{title}')", timeout=60_000)
                 page.wait_for_selector(IDLE, timeout=60_000)
-                assert page.query_selector_all("[data-testid=stException]") == [], \
-                    page.inner_text("[data-testid=stException]")
+                assert failure_boxes(page) == []
                 # an idle marker can show between two reruns: wait for the content itself
                 page.wait_for_function(
                     """expected => document.querySelector('[data-testid=stApp]')

@@ -5,9 +5,11 @@ and ships in the wheel as the package ``envcheck.dashboards`` (the editable inst
 to the folder): its ``app.py`` is found through the import system, so the command works from
 an installed wheel as from a checkout; ``--app`` / ``$ENVCHECK_DASHBOARD_APP`` name another.
 Streamlit runs in a child process (``python -m streamlit run``), headless, without usage
-statistics, bound to 127.0.0.1 only; this command never imports streamlit itself. The store
-URL and the API URL travel to it in its environment, not on its command line, where ``ps``
-would show a password.
+statistics, bound to 127.0.0.1 only; this command never imports streamlit itself. It runs the
+package's ``serve.py``, which serves the chosen app (named in ``$ENVCHECK_DASHBOARD_SCRIPT``)
+with every page carrying the recovery script of :mod:`envcheck.dashboard.page_recovery`. The
+store URL and the API URL travel to it in its environment, not on its command line, where
+``ps`` would show a password.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from envcheck.cli.common import (
 )
 from envcheck.store.urls import URL_ENV
 
-__all__ = ["APP_ENV", "dashboard", "dashboard_app", "streamlit_command"]
+__all__ = ["APP_ENV", "dashboard", "dashboard_app", "dashboard_server", "streamlit_command"]
 
 APP_ENV = "ENVCHECK_DASHBOARD_APP"
 APP_PACKAGE = "envcheck.dashboards"  # the top-level dashboards/ folder, as installed
+SCRIPT_ENV = "ENVCHECK_DASHBOARD_SCRIPT"  # read by envcheck.dashboards.serve
 API_URL_ENV = "ENVCHECK_API_URL"  # read by envcheck.dashboard.quarantine
 DEFAULT_PORT = 8501
 HOST = "127.0.0.1"
@@ -50,10 +53,20 @@ def dashboard_app(explicit: Path | None = None) -> Path | None:
     chosen = explicit or (Path(os.environ[APP_ENV]) if os.environ.get(APP_ENV) else None)
     if chosen is not None:
         return chosen.resolve() if chosen.is_file() else None
+    return _packaged("app.py")
+
+
+def dashboard_server() -> Path | None:
+    """``serve.py`` of the installed package ``envcheck.dashboards``: the ASGI app that serves
+    the chosen app script with the page-recovery script; None if there is none."""
+    return _packaged("serve.py")
+
+
+def _packaged(name: str) -> Path | None:
     spec = importlib.util.find_spec(APP_PACKAGE)  # finds it without importing streamlit
     if spec is None or spec.origin is None:
         return None
-    candidate = Path(spec.origin).resolve().parent / "app.py"
+    candidate = Path(spec.origin).resolve().parent / name
     return candidate if candidate.is_file() else None
 
 
@@ -84,7 +97,8 @@ def dashboard(
         err.print("[red]error[/red] streamlit is not installed: pip install -e '.[dashboard]'")
         raise typer.Exit(EXIT_USAGE)
     app = dashboard_app(app_path)
-    if app is None:
+    server = dashboard_server()
+    if app is None or server is None:
         err.print(f"[red]error[/red] the dashboard app is not found: {APP_PACKAGE} is not "
                   "installed (pip install 'envcheck[dashboard]', or pip install -e "
                   f"'.[dashboard]' in a checkout); or pass --app (or ${APP_ENV})")
@@ -93,12 +107,13 @@ def dashboard(
     open_store_or_exit(url).close()  # a wrong URL fails here, not in the browser
     env = dict(os.environ)
     env[URL_ENV] = url
+    env[SCRIPT_ENV] = str(app)
     if api_url:
         env[API_URL_ENV] = api_url
     out.print(f"envcheck dashboard on http://{HOST}:{port} (store {escape(redact(url))}; "
               f"{'changes through ' + escape(api_url) if api_url else 'read-only'})",
               highlight=False, soft_wrap=True)
-    child = subprocess.Popen(streamlit_command(app, port), env=env)
+    child = subprocess.Popen(streamlit_command(server, port), env=env)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         child.send_signal(signum)

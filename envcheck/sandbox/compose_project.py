@@ -18,11 +18,11 @@ Published ports are dropped (the services reach each other by name).
 service is hardened as a Harbor sandbox is (every capability dropped but the engine's
 defaults, no new privileges, init, pids, memory and CPU limits: the stricter of the task's
 and the service's own), every network is an internal bridge (no route out; its driver options
-dropped) unless the task may reach the internet, and then the operator's named network is
-joined as well; every container, network and volume carries envcheck's labels. An engine
-older than 25 still gives an internal network a route to the host's own address on its
-bridge: there, host services listening on every address are reachable from a compose task
-(tests/test_compose.py shows which the engine does).
+replaced by envcheck's: no address on the host's end of the bridge, and no IPv6 on the bridge
+and its veths, so that a run adds no address to the host, which a browser on the host would
+take for a network change) unless the task may reach the internet, and then the operator's
+named network is joined as well; every container, network and volume carries envcheck's
+labels.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ DEFAULT_AGENT = "main"  # Harbor's name for the agent's service
 AGENT_KEY = "x-agent-service"  # a task naming its agent's service otherwise
 KEEPALIVE = ["sh", "-c", "sleep infinity"]  # Harbor's command for the agent's service
 OUTSIDE = "envcheck-outside"  # the project's name for the operator's network
+INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"  # the bridge driver's option names
+DRIVER_MTU = "com.docker.network.driver.mtu"
+BELOW_IPV6_MTU = 1279  # IPv6 needs 1280 (RFC 8200): below it the kernel gives a link no IPv6
 _HOST_MODES = ("network_mode", "pid", "ipc", "uts", "userns_mode", "cgroup")
 _REFUSED_KEYS = ("devices", "device_cgroup_rules", "cgroup_parent", "runtime", "gpus",
                  "volumes_from")
@@ -230,6 +233,23 @@ def _harden(svc: dict[str, Any], spec: SandboxSpec, labels: dict[str, str],
     return svc
 
 
+def _quiet_bridge(ipv6: bool) -> dict[str, str]:
+    """Driver options that keep a project's network from changing the host's addresses.
+
+    A browser on the host (Chromium's NetworkChangeNotifier reads every address the kernel
+    announces) aborts every request in flight, loopback included, when an address comes or
+    goes, and every run brings a network up and down. So: no address on the host's end of
+    the bridge (a gateway is of no use on an internal network, and without it the host has no
+    address on the project's network); and an MTU below IPv6's minimum of 1280 on the bridge
+    and its veths, so that the kernel gives them no IPv6 at all, hence no link-local address.
+    A network that asks for IPv6 keeps the engine's MTU: its interfaces need IPv6 (and the
+    engine then adds its IPv6 addresses to the host)."""
+    options = {INHIBIT_IPV4: "true"}
+    if not ipv6:
+        options[DRIVER_MTU] = str(BELOW_IPV6_MTU)
+    return options
+
+
 def run_model(project: ComposeProject, *, name: str, images: dict[str, str],
               spec: SandboxSpec, labels: dict[str, str]) -> dict[str, Any]:
     """The project one run brings up as ``name`` (see the module's docstring): ``images``
@@ -241,10 +261,10 @@ def run_model(project: ComposeProject, *, name: str, images: dict[str, str],
     networks: dict[str, Any] = model.get("networks") or {}
     networks.setdefault("default", {})
     for net_name, net in list(networks.items()):
-        networks[net_name] = {**{k: v for k, v in (net or {}).items()
-                                 if k in ("ipam", "enable_ipv6")},
-                              "name": f"{name}_{net_name}", "driver": "bridge",
-                              "internal": True, "labels": labels}
+        kept = {k: v for k, v in (net or {}).items() if k in ("ipam", "enable_ipv6")}
+        networks[net_name] = {**kept, "name": f"{name}_{net_name}", "driver": "bridge",
+                              "internal": True, "labels": labels,
+                              "driver_opts": _quiet_bridge(bool(kept.get("enable_ipv6")))}
     if outside:
         networks[OUTSIDE] = {"name": spec.network, "external": True}
     model["networks"] = networks
