@@ -235,7 +235,8 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
         raise CatalogueError(issues)
     return Catalogue(suites=tuple(suites), environments=tuple(environments),
                      data_sources=tuple(sources), files=tuple(str(f) for f in files),
-                     dataset_files=tuple(read))
+                     dataset_files=tuple(read),
+                     datasets=tuple(entry.id for _, _, entry in datasets))
 
 
 def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],

@@ -75,9 +75,19 @@ def validate(paths: CataloguePaths) -> None:
     catalogue = _load(paths)
     out.print(f"ok: {len(catalogue.suites)} suite(s), {len(catalogue.environments)} "
               f"environment(s), {len(catalogue.data_sources)} data source(s) "
-              f"in {len(catalogue.files)} file(s)" + (
-                  f" and {len(catalogue.dataset_files)} dataset file(s)"
-                  if catalogue.dataset_files else ""))
+              f"in {len(catalogue.files)} file(s){_datasets(catalogue)}", highlight=False)
+
+
+def _datasets(catalogue: Catalogue) -> str:
+    """The dataset entries and what they read: a Harbor dataset's task folders apart from
+    instance files (both are what ``dataset_files`` holds)."""
+    if not catalogue.datasets:
+        return ""
+    folders = sum(Path(f).is_dir() for f in catalogue.dataset_files)
+    read = [f"{n} {what}" for n, what in ((len(catalogue.dataset_files) - folders,
+                                           "instance file(s)"), (folders, "task folder(s)"))
+            if n]
+    return f"; {len(catalogue.datasets)} dataset(s) from {' and '.join(read) or 'no file'}"
 
 
 def schema() -> None:

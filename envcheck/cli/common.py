@@ -65,6 +65,9 @@ KeepDaily = Annotated[float, typer.Option(
 
 err = Console(stderr=True)
 out = Console()
+# Piped or redirected, a console is 80 columns wide: its lines are written whole, for logs
+# and scripts to read (tables keep their own wrapping).
+err.soft_wrap, out.soft_wrap = not err.is_terminal, not out.is_terminal
 
 
 def load_or_exit(paths: Sequence[Path]) -> Catalogue:
