@@ -23,6 +23,7 @@ from envcheck.store.retention import Retention
 
 if TYPE_CHECKING:
     from envcheck.catalogue.models import Catalogue
+    from envcheck.catalogue.origins import Origins
     from envcheck.store import Store
     from envcheck.store.direct import DirectReader
 
@@ -70,15 +71,24 @@ out = Console()
 err.soft_wrap, out.soft_wrap = not err.is_terminal, not out.is_terminal
 
 
-def load_or_exit(paths: Sequence[Path]) -> Catalogue:
+def load_or_exit(paths: Sequence[Path], origins: Origins | None = None,
+                 annotate: bool = False) -> Catalogue:
+    """The catalogue, or every problem as one line and exit 2 (``annotate``: each also as a
+    GitHub workflow annotation on stdout); ``origins`` is filled as the loader fills it."""
     from envcheck.catalogue.loader import load_catalogue
 
     try:
-        return load_catalogue(paths)
+        return load_catalogue(paths, origins=origins)
     except CatalogueError as exc:
         for issue in exc.issues:
             err.print(f"[red]error[/red] {escape(str(issue))}", highlight=False, soft_wrap=True)
         err.print(f"{len(exc.issues)} problem(s) in the catalogue")
+        if annotate:
+            import sys
+
+            from envcheck.cli.reports import print_issue_annotations
+
+            print_issue_annotations(exc.issues, sys.stdout)
         raise typer.Exit(EXIT_USAGE) from None
 
 
