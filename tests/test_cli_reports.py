@@ -62,6 +62,10 @@ class LocatedCase(TestCase):
     line = IntAttr()
 
 
+def located(report: Path) -> list[LocatedCase]:
+    return [LocatedCase.fromelem(c) for s in JUnitXml.fromfile(str(report)) for c in s]
+
+
 OUTCOME = {"pass": "passed", "fail": "failure", "flaky": "failure", "error": "error",
            "skip": "skipped"}
 
@@ -87,7 +91,7 @@ def test_junit_annotations_and_summary_match_the_results(cli_env: dict[str, str]
     xml = JUnitXml.fromfile(str(junit))
     assert [s.name for s in xml] == ["demo", "harbor-demo"]
     assert xml.tests == len(results)
-    [missing] = [LocatedCase.fromelem(c) for s in xml for c in s
+    [missing] = [c for c in located(junit)
                  if (c.classname, c.name) == ("demo-tool-missing", "terminal")]
     line = line_of(DEMO, "id: demo-tool-missing")
     assert (missing.file, missing.line) == (str(DEMO), line)
@@ -128,6 +132,9 @@ def test_a_harbor_task_is_annotated_at_its_task_toml(cli_env: dict[str, str],
     assert {k: v[:2] for k, v in read.items()} == {
         ("no-reward", "tests"): ("failure", "reward_missing"),
         ("build-fails", "tests"): ("failure", "image_build_failed")}
+    assert [(c.classname, c.file, c.line) for c in located(junit)] == [
+        ("no-reward", "probes/harbor/no-reward/task.toml", None),
+        ("build-fails", "probes/harbor/build-fails/task.toml", None)]
     text = step_summary.read_text()
     assert text.startswith("## an earlier step\n## envcheck check\n")
     assert "probes/harbor/no-reward/task.toml" in text

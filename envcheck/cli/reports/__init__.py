@@ -93,7 +93,7 @@ class CiReports:
                 out.write(line + "\n")
             out.flush()
         if self.junit is not None:
-            atomic_write_text(self.junit, junit_xml(results, suites.__getitem__, origins.where,
+            atomic_write_text(self.junit, junit_xml(results, suites.__getitem__, where,
                                                     started).decode())
         if self.summary is not None:
             text = markdown_summary(results, where, preface)
