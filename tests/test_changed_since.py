@@ -149,6 +149,18 @@ def test_a_reformatted_catalogue_selects_nothing_and_exits_0(cli_env: dict[str, 
     assert JUnitXml.fromfile(str(junit)).tests == 0  # a CI step that reads it finds it
 
 
+def test_a_catalogue_that_did_not_load_at_the_ref_selects_everything(
+        cli_env: dict[str, str], tmp_path: Path) -> None:
+    repo = dataset_repo(tmp_path / "repo")
+    repo.commit({"catalogue/main.yaml": CATALOGUE.replace("tools: [git]", "tools: git")})
+    repo.commit({"catalogue/main.yaml": CATALOGUE})
+    proc = changed_check(repo, cli_env_for(repo, cli_env), "HEAD~1", "-p", "datasource")
+    assert proc.returncode == 0, proc.stderr
+    lines = selection(proc.stderr)
+    assert lines[0].endswith(": 7 of 7 environment(s) selected")
+    assert lines[1] == ("  changed  a: the catalogue at the ref does not load (1 problem(s))")
+
+
 def test_a_ref_git_does_not_know_is_bad_input(cli_env: dict[str, str], tmp_path: Path) -> None:
     repo = dataset_repo(tmp_path / "repo")
     proc = changed_check(repo, cli_env_for(repo, cli_env), "no-such-ref")

@@ -153,3 +153,21 @@ def test_catalogue_problems_are_annotated_and_write_no_report(cli_env: dict[str,
         "::error file=bad.yaml,line=7,title=envcheck%3A catalogue::"
         "suites.s.environments[0].colour: unknown key"]
     assert not junit.exists()
+
+
+def test_annotations_are_escaped_and_capped_at_what_github_shows() -> None:
+    """Pure: a summary's newline, '%', ':' and ',' escaped as workflow commands need; past 10
+    errors, one notice counts the rest; the summary's cells keep their table."""
+    from envcheck.catalogue.origins import Origin
+    from envcheck.cli.reports.github import ANNOTATIONS_MAX, markdown_summary, result_annotations
+    from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+
+    results = [ProbeResult(f"e{i}", ProbeKind.TERMINAL, Status.FAIL, Reason.TOOL_MISSING,
+                           "not on PATH: a|b\n100%", 0.1) for i in range(ANNOTATIONS_MAX + 2)]
+    lines = result_annotations(results, lambda env_id: Origin("c, d.yaml", 3))
+    assert lines[0] == ("::error file=c%2C d.yaml,line=3,title=e0 terminal%3A fail "
+                        "tool_missing::not on PATH: a|b%0A100%25")
+    assert len(lines) == ANNOTATIONS_MAX + 1
+    assert lines[-1].startswith("::notice title=envcheck::2 more result(s) not annotated")
+    summary = markdown_summary(results[:1], lambda env_id: None)
+    assert "| e0 | terminal | **fail** | `tool_missing` | not on PATH: a\\|b 100% |  |" in summary

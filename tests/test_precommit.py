@@ -53,7 +53,8 @@ WORKFLOW = "name: ci\non: [push]\njobs:\n  test:\n    runs-on: ubuntu-latest\n"
 def snapshot_of_this_repository(into: Path) -> str:
     """A clone of this repository holding its working tree as it is, committed (as
     ``pre-commit try-repo`` does, new files included): the commit the hook is installed from."""
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c",
+           "commit.gpgsign=false"]
     subprocess.run([*git, "clone", "-q", str(ROOT), str(into)], check=True, timeout=120)
     tree = [*git, f"--git-dir={into / '.git'}", f"--work-tree={ROOT}"]
     subprocess.run([*tree, "add", "-A"], check=True, timeout=120)
