@@ -1,5 +1,6 @@
 """A real git repository in a temporary folder, for the tests that check a candidate patch
-applies to its base the way the sandbox applies it (``git apply``, ``patch``)."""
+applies to its base the way the sandbox applies it (``git apply``, ``patch``), and for the
+tests of what envcheck reads from a repository's history (``check --changed-since``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ class GitRepo:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.git("init", "-q", "-b", "main")
+
+    @classmethod
+    def cloned(cls, source: GitRepo, root: Path) -> GitRepo:
+        """A clone of ``source`` at ``root`` (``source`` its remote ``origin``)."""
+        repo = cls.__new__(cls)
+        repo.root = root
+        source.git("clone", "-q", str(source.root), str(root))
+        return repo
 
     def run(self, *cmd: str, stdin: str | None = None, check: bool = True,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -58,6 +58,21 @@ def test_valid_directory_exits_0() -> None:
     assert f"in {files} file(s)" in run.stdout
 
 
+def test_a_piped_summary_is_one_line_counting_what_it_names() -> None:
+    """80 columns, piped: the line is not wrapped; dataset entries are counted apart from the
+    instance files and task folders they read."""
+    run = envcheck("validate", "probes", cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    probes = ROOT / "probes"
+    entries = sum(len(yaml.safe_load(f.read_text()).get("datasets") or [])
+                  for f in probes.glob("*.yaml"))
+    folders = len(list(probes.glob("harbor*/*/task.toml")))
+    instance_files = len(list((probes / "datasets").glob("*.jsonl")))
+    assert run.stdout.endswith(f"; {entries} dataset(s) from {instance_files} instance file(s) "
+                               f"and {folders} task folder(s)\n")
+    assert run.stdout.count("\n") == 1 and len(run.stdout) > 80
+
+
 MALFORMED: dict[str, tuple[str, int, str, str]] = {
     # name: (catalogue, line, key path ("" for none), message)
     "bad-yaml": ("""\

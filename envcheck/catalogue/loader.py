@@ -32,6 +32,7 @@ from envcheck.catalogue.models import (
     EnvironmentSettings,
     Suite,
 )
+from envcheck.catalogue.origins import Origins
 from envcheck.catalogue.outline import at, in_file_order, split_environments
 from envcheck.catalogue.registries import RegistryCredentials
 from envcheck.catalogue.sharing import Sharing
@@ -180,13 +181,15 @@ def _validate(doc: SourceDoc, unique: bool, handover: Handover
     return parsed, environments if unique else []
 
 
-def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = None) -> Catalogue:
+def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = None,
+                   origins: Origins | None = None) -> Catalogue:
     """Load and validate catalogue files (or directories of them) into one frozen catalogue.
 
     Raises :class:`CatalogueError` with every problem found in every file, each with its file,
     line and key path: paths that do not exist first, then file by file, by line.
     ``previous``: the catalogue this one replaces (a daemon's reload): environments equal
-    there are the same objects, the copies freed as they are made.
+    there are the same objects, the copies freed as they are made. ``origins``, if given, is
+    filled with where each environment is written (for reports that point at it).
     """
     limits = _limits()
     files, missing = _catalogue_files(paths)
@@ -227,7 +230,10 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
             suites.append(Suite(id=suite_id, description=entry.description,
                                 allow_degraded=entry.allow_degraded, environment_ids=(),
                                 file=str(file)))
-    read = _expand_datasets(datasets, defaults, checks, environments, per_file, sharing)
+    read = _expand_datasets(datasets, defaults, checks, environments, per_file, sharing,
+                            origins)
+    if origins is not None:
+        origins.defined.update(checks.environments)
     members: dict[str, list[str]] = {s.id: [] for s in suites}
     for env in environments:
         members[env.suite].append(env.id)
@@ -239,15 +245,18 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
     return Catalogue(suites=tuple(suites), environments=tuple(environments),
                      data_sources=tuple(sources), registries=tuple(registries),
                      files=tuple(str(f) for f in files),
-                     dataset_files=tuple(read))
+                     dataset_files=tuple(read),
+                     datasets=tuple(entry.id for _, _, entry in datasets))
 
 
 def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
                      defaults: dict[str, EnvironmentSettings], checks: CrossFileChecks,
                      environments: list[Environment],
-                     per_file: list[list[CatalogueIssue]], sharing: Sharing) -> list[str]:
+                     per_file: list[list[CatalogueIssue]], sharing: Sharing,
+                     origins: Origins | None) -> list[str]:
     """Expand every dataset into ``environments`` (ids unique across the catalogue), its
-    problems into ``per_file``; returns the dataset files read."""
+    problems into ``per_file``, where each environment is into ``origins``; returns the
+    dataset files read."""
     # None: defined in a catalogue file, located (checks.where) only for a duplicate
     taken: dict[str, str | None] = dict.fromkeys(checks.environments)
     read: list[str] = []
@@ -281,4 +290,7 @@ def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
             by_file.setdefault(issue.file, []).append(issue)
         per_file.extend(by_file.values())
         read.extend(found.files)
+        if origins is not None:
+            origins.expanded.update((env_id, (file, line))
+                                    for env_id, file, line, _ in found.origins)
     return read

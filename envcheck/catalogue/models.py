@@ -222,7 +222,9 @@ class Catalogue(CatalogueModel):
     data_sources: tuple[DataSource, ...]
     files: tuple[str, ...]
     registries: tuple[RegistryCredentials, ...] = ()
-    dataset_files: tuple[str, ...] = ()  # the instance files the datasets expanded from
+    # what the datasets expanded from: instance files, and Harbor task folders
+    dataset_files: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = ()  # the ids of the dataset entries
 
     def environment(self, env_id: str) -> Environment:
         for env in self.environments:

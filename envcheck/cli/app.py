@@ -29,7 +29,6 @@ from envcheck.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_USAGE,
-    CataloguePaths,
     Database,
     config_error_exit,
     err,
@@ -41,6 +40,7 @@ from envcheck.cli.daemon import daemon
 from envcheck.cli.dashboard import dashboard
 from envcheck.cli.feed import gate, quarantine_app
 from envcheck.cli.history import incidents, retired
+from envcheck.cli.reports import Annotate, annotations_on
 from envcheck.cli.store import store_app
 from envcheck.cli.taint import taint
 from envcheck.core.errors import ConfigError
@@ -70,14 +70,56 @@ def _load(paths: Sequence[Path]) -> Catalogue:
     return load_or_exit(paths)
 
 
-def validate(paths: CataloguePaths) -> None:
+def validate(
+    paths: Annotated[list[Path] | None, typer.Argument(
+        help="catalogue files or folders (with --discover: where to look)")] = None,
+    discover: Annotated[bool, typer.Option(
+        "--discover", help="validate, as one catalogue, every file under PATHS (default: "
+        "here) that holds a catalogue's keys: what git lists in a repository")] = False,
+    annotations: Annotate = None,
+) -> None:
     """Check catalogue files; exit 2 with file:line and key for every problem."""
-    catalogue = _load(paths)
+    if discover:
+        paths = _discovered(paths or [])
+    if not paths:
+        err.print("[red]error[/red] Missing argument 'PATHS...': name the catalogue's files "
+                  "or folders, or look for them with --discover", highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
+    catalogue = load_or_exit(paths, annotate=annotations_on(annotations))
     out.print(f"ok: {len(catalogue.suites)} suite(s), {len(catalogue.environments)} "
               f"environment(s), {len(catalogue.data_sources)} data source(s) "
-              f"in {len(catalogue.files)} file(s)" + (
-                  f" and {len(catalogue.dataset_files)} dataset file(s)"
-                  if catalogue.dataset_files else ""))
+              f"in {len(catalogue.files)} file(s){_datasets(catalogue)}", highlight=False)
+
+
+def _discovered(roots: list[Path]) -> list[Path]:
+    from envcheck.catalogue.sourcelimits import SourceLimits
+    from envcheck.cli.discover import discover_catalogues
+
+    try:
+        limits = SourceLimits.from_env()
+    except ValueError:  # the load reports it, with the other problems
+        limits = SourceLimits()
+    found = discover_catalogues(roots, limits.max_bytes)
+    if not found:
+        where = ", ".join(map(str, roots)) or "here"
+        err.print(f"[red]error[/red] --discover: no catalogue file under {escape(where)} (a "
+                  "*.yaml or *.yml with 'version:' and 'suites:', 'datasets:' or "
+                  "'data_sources:')", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
+    return found
+
+
+def _datasets(catalogue: Catalogue) -> str:
+    """The dataset entries and what they read: a Harbor dataset's task folders apart from
+    instance files (both are what ``dataset_files`` holds)."""
+    if not catalogue.datasets:
+        return ""
+    folders = sum(Path(f).is_dir() for f in catalogue.dataset_files)
+    read = [f"{n} {what}" for n, what in ((len(catalogue.dataset_files) - folders,
+                                           "instance file(s)"), (folders, "task folder(s)"))
+            if n]
+    return f"; {len(catalogue.datasets)} dataset(s) from {' and '.join(read) or 'no file'}"
 
 
 def schema() -> None:

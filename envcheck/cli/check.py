@@ -8,6 +8,8 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -15,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from envcheck.cli.changed import ChangedSince
 from envcheck.cli.common import (
     EXIT_FAILED,
     EXIT_INFRA,
@@ -29,6 +32,8 @@ from envcheck.cli.common import (
     open_store_or_exit,
     out,
 )
+from envcheck.cli.reports import Annotate, CiReports, JunitFile, SummaryFile
+from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.errors import StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.kind import ExecutorKind
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from envcheck.catalogue.models import Catalogue, Environment
+    from envcheck.catalogue.origins import Origins
     from envcheck.executors.base import ExecutorConfig
     from envcheck.executors.cycle import ResultSink, Services
     from envcheck.store import Store
@@ -136,6 +142,10 @@ def check(
     probe: Annotated[list[str] | None, typer.Option("--probe", "-p", help="probe kind")] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=64)] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per result")] = False,
+    junit: JunitFile = None,
+    summary: SummaryFile = None,
+    annotations: Annotate = None,
+    changed_since: ChangedSince = None,
     database: Database = None,
     executor: Executor = ExecutorKind.LOCAL,
     ray_address: RayAddress = None,
@@ -147,7 +157,12 @@ def check(
     on, results are held and written when it takes writes again; if some still cannot be
     written at the end, the summary is printed and the exit is 3 even when an environment
     failed: the feed schedulers read does not show this run, which needs an operator first.
+
+    For CI: --junit, --summary (or $GITHUB_STEP_SUMMARY) and GitHub annotations report the
+    same results; --changed-since REF checks only what changed since a git ref (nothing
+    changed: exit 0).
     """
+    from envcheck.catalogue.origins import Origins
     from envcheck.executors.base import ExecutorConfig
     from envcheck.feed.assess import previous_statuses
     from envcheck.feed.depth import StoreDepth
@@ -156,8 +171,16 @@ def check(
     from envcheck.store.pending import PendingWrites, store_reason
 
     config = ExecutorConfig.parse(executor, concurrency=concurrency, ray_address=ray_address)
-    catalogue = load_or_exit(paths)
+    reports = CiReports.from_options(junit, summary, annotations)
+    origins, started = Origins(), SYSTEM_CLOCK.now()
+    catalogue = load_or_exit(paths, origins, annotate=reports.annotate)
     envs, kinds = select_envs(catalogue, env), _kinds(probe)
+    preface: list[str] = []
+    if changed_since is not None:
+        envs, preface = _changed(paths, catalogue, changed_since, envs)
+        if not envs:
+            _report(reports, [], envs, origins, started, preface, as_json)
+            raise typer.Exit(EXIT_OK)
     store = open_store_or_exit(database)
     signal.signal(signal.SIGTERM, _raise_on_term)
     with store:
@@ -188,9 +211,33 @@ def check(
             raise typer.Exit(130) from None
         problem = _settle(writes, run_id, envs, results, before)
     _print_summary(err if as_json else out, results)
+    _report(reports, results, envs, origins, started, preface, as_json)
     if problem is not None:
         _fail(problem)
     raise typer.Exit(exit_code(results))
+
+
+def _changed(paths: Sequence[Path], catalogue: Catalogue, ref: str,
+             envs: list[Environment]) -> tuple[list[Environment], list[str]]:
+    """``envs`` less those unchanged since ``ref``, and the selection's lines (printed)."""
+    from envcheck.cli.changed import select_changed
+
+    selection = select_changed(paths, catalogue, ref)
+    chosen = {e.id for e in selection.selected}
+    lines = [selection.heading(), *(f"  {line}" for line in selection.lines)]
+    for line in lines:
+        err.print(escape(line), highlight=False, soft_wrap=True)
+    return [e for e in envs if e.id in chosen], lines
+
+
+def _report(reports: CiReports, results: Sequence[ProbeResult], envs: list[Environment],
+            origins: Origins, started: datetime, preface: list[str], as_json: bool) -> None:
+    """The CI reports asked for; one that cannot be written is envcheck's failure."""
+    try:
+        reports.write(results, envs, origins, started, preface,
+                      stream=sys.stderr if as_json else sys.stdout)
+    except OSError as exc:
+        _fail(f"could not write a report: {exc}")
 
 
 def _fail(message: str) -> NoReturn:

@@ -23,6 +23,7 @@ from envcheck.store.retention import Retention
 
 if TYPE_CHECKING:
     from envcheck.catalogue.models import Catalogue
+    from envcheck.catalogue.origins import Origins
     from envcheck.store import Store
     from envcheck.store.direct import DirectReader
 
@@ -65,17 +66,29 @@ KeepDaily = Annotated[float, typer.Option(
 
 err = Console(stderr=True)
 out = Console()
+# Piped or redirected, a console is 80 columns wide: its lines are written whole, for logs
+# and scripts to read (tables keep their own wrapping).
+err.soft_wrap, out.soft_wrap = not err.is_terminal, not out.is_terminal
 
 
-def load_or_exit(paths: Sequence[Path]) -> Catalogue:
+def load_or_exit(paths: Sequence[Path], origins: Origins | None = None,
+                 annotate: bool = False) -> Catalogue:
+    """The catalogue, or every problem as one line and exit 2 (``annotate``: each also as a
+    GitHub workflow annotation on stdout); ``origins`` is filled as the loader fills it."""
     from envcheck.catalogue.loader import load_catalogue
 
     try:
-        return load_catalogue(paths)
+        return load_catalogue(paths, origins=origins)
     except CatalogueError as exc:
         for issue in exc.issues:
             err.print(f"[red]error[/red] {escape(str(issue))}", highlight=False, soft_wrap=True)
         err.print(f"{len(exc.issues)} problem(s) in the catalogue")
+        if annotate:
+            import sys
+
+            from envcheck.cli.reports import print_issue_annotations
+
+            print_issue_annotations(exc.issues, sys.stdout)
         raise typer.Exit(EXIT_USAGE) from None
 
 

@@ -33,6 +33,7 @@ from envcheck.core.errors import ComposeFailed, ImageBuildFailed, SandboxFailed
 from envcheck.core.results import CommandEvidence, Reason, Status
 from envcheck.kinds.adversarial.harbor import with_harbor_controls
 from envcheck.kinds.base import ProbeContext, Verdict, compose_failed
+from envcheck.kinds.testvalidity.agreement import controls_agree
 from envcheck.kinds.testvalidity.harbor_compose import prepare_compose
 from envcheck.kinds.testvalidity.harbor_run import HarborRun, Phase, harbor_sandbox, run_once
 from envcheck.sandbox.base import Deadline
@@ -167,14 +168,12 @@ class _Verification:
                             f"({run.reward.source}): the verifier pays for a no-op")
 
     def conclude(self, oracle: bool) -> Verdict:
-        if not oracle:
-            return self.verdict(Status.PASS, Reason.OK, f"{len(self.runs)} nop runs: reward 0 "
-                                "(no solution/solve.sh: oracle skipped)")
         runs = [r for r in self.runs if r.phase == "oracle"]
         ones = [r for r in runs if self.is_one(r)]
         if len(ones) == len(runs):
-            return self.verdict(Status.PASS, Reason.OK, f"nop: reward 0; oracle: reward 1 in "
-                                f"all {len(runs)} runs")
+            return self.verdict(Status.PASS, Reason.OK, controls_agree(
+                "negative control (nop)", len(self.runs) - len(runs), "reward 0", len(runs),
+                "reward 1" if oracle else None, "no solution/solve.sh"))
         if ones:
             return self.verdict(Status.FLAKY, Reason.NONDETERMINISTIC, f"oracle: reward 1 in "
                                 f"only {len(ones)} of {len(runs)} runs: random rewards")

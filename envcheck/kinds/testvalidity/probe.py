@@ -68,6 +68,7 @@ from envcheck.kinds.adversarial.testspec import with_controls
 from envcheck.kinds.base import Probe, ProbeContext, Verdict
 from envcheck.kinds.leaks.check import with_leak_checks
 from envcheck.kinds.strength.controls import with_strength_controls
+from envcheck.kinds.testvalidity.agreement import controls_agree
 from envcheck.kinds.testvalidity.depth import plan
 from envcheck.kinds.testvalidity.harbor import verify_harbor
 from envcheck.kinds.testvalidity.runs import Phase, Problem, Run, execute, network_error
@@ -313,12 +314,15 @@ class _Validation:
             what = "only in some test orders" if reason is Reason.ORDER_DEPENDENT else "at random"
             return self.verdict(Status.FLAKY, reason, f"{len(flaky)} test(s) fail {what}: "
                                 f"{shown}", details)
-        mode = ("fail-to-pass tests fail without the oracle and pass after it"
-                if self.spec.oracle is not None else
-                "fail-to-pass tests fail (no oracle declared: positive control skipped)")
         light = " (a light check)" if self.light_stood() else ""
-        return self.verdict(Status.PASS, Reason.OK, f"{len(self.runs)} runs agree{light}: "
-                            f"{mode}; pass-to-pass tests pass", details)
+        negative = [r for r in self.runs if r.phase is Phase.NEGATIVE]
+        summary = controls_agree(
+            "negative control", len(negative),
+            "fail-to-pass tests fail, pass-to-pass tests pass",
+            len(self.runs) - len(negative),
+            "every declared test passes" if self.spec.oracle is not None else None,
+            "none declared")
+        return self.verdict(Status.PASS, Reason.OK, summary + light, details)
 
     def light_stood(self) -> bool:
         return self.depth.depth is Depth.LIGHT and self.escalated is None
