@@ -108,9 +108,10 @@ def parse_image_ref(text: str) -> ImageRef:
     if "://" in text:
         raise ImageRefError(f"{text!r}: an image reference has no scheme (write "
                             "ghcr.io/org/img, not https://ghcr.io/org/img)")
-    name, at, digest = text.partition("@")
-    if not at:
-        digest = None
+    name, at, written_digest = text.partition("@")
+    digest: str | None = written_digest if at else None
+    if digest is None:
+        pass
     elif not _DIGEST.match(digest):
         raise ImageRefError(f"{text!r}: {digest!r} is not a digest (sha256:<64 hex digits>)")
     elif digest.startswith("sha256:") and not _SHA256.match(digest):
