@@ -10,17 +10,22 @@ import io
 import os
 import tarfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
-from envcheck.registry.pull import PullTarget, cache_tag
+from envcheck.registry.cache import Budget, ImageCache
+from envcheck.registry.images import ImageSizes, LocalImages
+from envcheck.registry.ledger import SqliteLedger, ledger_path
+from envcheck.registry.pull import Credentials, Puller, PullTarget, cache_tag
 from tests.registry_images import push_tiny
 from tests.registryd import Registry
 
-__all__ = ["Pulled", "layered", "pulled_images", "push_sized", "target"]
+__all__ = ["Pulled", "layered", "local_images", "pulled_images", "push_sized", "target"]
 
 MB = 1 << 20
 
@@ -121,3 +126,16 @@ def pulled_images(docker_client: docker.DockerClient) -> Iterator[Pulled]:
     pulled = Pulled(docker_client)
     yield pulled
     pulled.remove_all()
+
+
+def local_images(client: docker.DockerClient, data_dir: Path, budget: Budget | None, *,
+                 credentials: Credentials | None = None,
+                 pinned: Callable[[], Collection[str]] = frozenset, min_age_s: float = 0.0,
+                 sizes: ImageSizes | None = None, **options: Any) -> LocalImages:
+    """The registry stage's facade over the real engine, its ledger under ``data_dir``."""
+    engine_id = str(client.info()["ID"])
+    ledger = SqliteLedger(ledger_path(data_dir, engine_id), engine_id)
+    puller = Puller(client.api, credentials=credentials)
+    cache = ImageCache(client.api, ledger, budget, stats=puller.stats, pinned=pinned,
+                       min_age_s=min_age_s)
+    return LocalImages(client.api, puller, cache, sizes=sizes, **options)
