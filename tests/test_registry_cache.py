@@ -15,9 +15,12 @@ import pytest
 from envcheck.core.errors import RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import Budget, reconcile
+from envcheck.registry.credentials import CredentialSource, RegistryCredentials
 from envcheck.registry.images import LocalImages
 from envcheck.registry.pull import PullTarget, cache_tag
+from envcheck.registry.sizes import ManifestSizes
 from envcheck.registry.usage import LayerCache, footprint
+from envcheck.registry.watch import TagWatcher
 from tests.pulls import MB, Pulled, layered, local_images, push_sized, target
 from tests.registry_images import new_repository
 from tests.registryd import Registry
@@ -172,4 +175,47 @@ def test_prefetch_bounded_by_count_and_bytes(
     images.prefetch_count = 10
     assert images.prefetch(targets) == []
     assert not pulled_images.present(targets[3])
+    images.close()
+
+
+def manifest_sizes(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> ManifestSizes:
+    """Sizes read through the tag watch's HTTP and auth, with the catalogue's credentials."""
+    monkeypatch.setenv("ENVCHECK_TEST_REGISTRY_LOGIN", f"{registry.user}:{registry.password}")
+    credentials = RegistryCredentials(
+        {registry.host: CredentialSource(env="ENVCHECK_TEST_REGISTRY_LOGIN")})
+    return ManifestSizes(TagWatcher(), credentials)
+
+
+def test_too_large_for_the_budget_refused_before_any_blob_moves(
+        docker_client: docker.DockerClient, registry_htpasswd: Registry,
+        pulled_images: Pulled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    [big] = pushed(docker_client, registry_htpasswd, pulled_images, 1, 6 * MB)
+    sizes = manifest_sizes(registry_htpasswd, monkeypatch)
+    images = local_images(docker_client, tmp_path, Budget(bytes=4 * MB), sizes=sizes,
+                          credentials=lambda _: registry_htpasswd.auth_config)
+    before = registry_htpasswd.mark()
+    with pytest.raises(RegistryFailed) as refused:
+        ensure(images, big)
+    assert refused.value.reason is Reason.IMAGE_CACHE_FULL
+    assert "compressed" in str(refused.value)
+    repo = big.repository.split("/", 1)[1]
+    answered = [e.kind for e in registry_htpasswd.entries(before)
+                if e.repository == repo and e.status == 200]
+    assert answered == ["get_manifest"]  # the manifest (after the challenge), no layer
+    assert not pulled_images.present(big) and sizes.asked == 1
+    images.close()
+
+
+def test_prefetch_bytes_bounded_by_the_manifests(
+        docker_client: docker.DockerClient, registry_htpasswd: Registry,
+        pulled_images: Pulled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    targets = pushed(docker_client, registry_htpasswd, pulled_images, 3, 2 * MB)
+    images = local_images(docker_client, tmp_path, None, prefetch_count=10,
+                          prefetch_bytes=5 * MB, sizes=manifest_sizes(registry_htpasswd,
+                                                                      monkeypatch),
+                          credentials=lambda _: registry_htpasswd.auth_config)
+    futures = images.prefetch(targets)  # ~4 MB each as estimated: one fits under 5 MB
+    assert len(futures) == 1 and futures[0].result(timeout=120) is not None
+    assert images.ahead == targets[:1]
+    assert not pulled_images.present(targets[1])
     images.close()

@@ -21,8 +21,10 @@ from envcheck.registry.pull import (
     PullLimits,
     PullTarget,
     cache_tag,
+    holds,
     registry_of,
 )
+from envcheck.registry.reference import ImageReference
 from envcheck.registry.stats import OUTCOME_OK, OUTCOME_TIMEOUT
 from tests.polling import wait_for
 from tests.pulls import MB, Pulled, push_sized, target
@@ -54,10 +56,18 @@ def test_cache_tag_and_targets() -> None:
     assert cache_tag(t) == (f"{CACHE_REPOSITORY}/127.0.0.1-5000/ns/img", "ab" * 32)
     assert registry_of("ubuntu") == "docker.io"
     assert registry_of("ghcr.io/org/img") == "ghcr.io"
-    hub = PullTarget("library/ubuntu", "sha256:" + "cd" * 32)
+    hub = PullTarget("ubuntu", "sha256:" + "cd" * 32)  # one spelling per repository
+    assert hub == PullTarget("docker.io/library/ubuntu", hub.digest)
+    assert hub.repository == "docker.io/library/ubuntu"
     assert cache_tag(hub) == (f"{CACHE_REPOSITORY}/docker.io/library/ubuntu", "cd" * 32)
-    long = PullTarget("r.example/" + "/".join(["segment"] * 40), "sha256:" + "ef" * 32)
-    assert len(cache_tag(long)[0]) <= 255
+    engine_says = {"RepoDigests": [f"ubuntu@{hub.digest}"]}  # the engine's short spelling
+    assert holds(engine_says, hub)
+    assert not holds({"RepoDigests": [f"ubuntu@sha256:{'ef' * 32}"]}, hub)
+    assert PullTarget.of(ImageReference.parse("ghcr.io/o/e:v3"), hub.digest) == PullTarget(
+        "ghcr.io/o/e", hub.digest)
+    long = PullTarget("r.example/" + "/".join(["segment"] * 30), "sha256:" + "ef" * 32)
+    assert len(f"{CACHE_REPOSITORY}/{long.repository}") > 255  # too long with the prefix
+    assert len(cache_tag(long)[0]) <= 255 and cache_tag(long)[0].startswith(CACHE_REPOSITORY)
     for bad in ("sha256:abc", "latest", "md5:" + "a" * 32):
         with pytest.raises(ValueError, match="sha256 digest"):
             PullTarget("r.example/img", bad)

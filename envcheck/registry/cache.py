@@ -34,7 +34,7 @@ import docker.errors
 
 from envcheck.core.errors import ConfigError
 from envcheck.registry.ledger import CacheLedger, LedgerEntry
-from envcheck.registry.pull import CACHE_REPOSITORY, PullTarget, cache_tag
+from envcheck.registry.pull import CACHE_REPOSITORY, PullTarget, cache_tag, holds
 from envcheck.registry.stats import RegistryStats
 from envcheck.registry.usage import DiskFootprint, LayerCache, footprint
 
@@ -233,12 +233,12 @@ def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None =
     at = now or datetime.now(UTC)
     dropped = adopted = 0
     for entry in ledger.entries():
-        if _image_with(api, entry.reference, entry.image_id) is None:
+        if _image_with(api, PullTarget(entry.repository, entry.digest), entry.image_id) is None:
             ledger.forget(entry.repository, entry.digest)
             dropped += 1
     for repository, digest in ledger.pending():
         target = PullTarget(repository, digest)
-        attrs = _image_with(api, target.reference)
+        attrs = _image_with(api, target)
         if attrs is None:
             ledger.abandon(repository, digest)
             continue
@@ -248,7 +248,7 @@ def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None =
     for image in api.images():  # a reference filter's * stops at a slash: all, then ours
         for target in _targets_tagged(image):
             if ledger.get(target.repository, target.digest) is None:
-                attrs = _image_with(api, target.reference)
+                attrs = _image_with(api, target)
                 if attrs is not None:
                     _adopt(ledger, target, attrs, at)
                     adopted += 1
@@ -258,15 +258,15 @@ def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None =
     return dropped, adopted
 
 
-def _image_with(api: docker.APIClient, reference: str, image_id: str | None = None
+def _image_with(api: docker.APIClient, target: PullTarget, image_id: str | None = None
                 ) -> dict[str, object] | None:
     """The engine's image for ``repository@digest`` when complete (the digest in
     ``RepoDigests``), and with ``image_id`` when given."""
     try:
-        attrs = api.inspect_image(reference)
+        attrs = api.inspect_image(target.reference)
     except docker.errors.NotFound:
         return None
-    if reference not in (attrs.get("RepoDigests") or []):
+    if not holds(attrs, target):
         return None
     if image_id is not None and attrs.get("Id") != image_id:
         return None
@@ -282,7 +282,10 @@ def _targets_tagged(image: dict[str, Any]) -> list[PullTarget]:
     for ref in image.get("RepoDigests") or []:
         repository, _, digest = str(ref).partition("@")
         if digest.removeprefix("sha256:") in hexes:
-            target = PullTarget(repository, digest)
+            try:
+                target = PullTarget(repository, digest)
+            except ValueError:
+                continue
             if f"{cache_tag(target)[0]}:{cache_tag(target)[1]}" in tags:
                 found.append(target)
     return found

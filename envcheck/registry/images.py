@@ -39,7 +39,7 @@ from envcheck.core.errors import EnvcheckError, RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import ImageCache
 from envcheck.registry.ledger import LedgerEntry
-from envcheck.registry.pull import Pulled, Puller, PullTarget
+from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
 from envcheck.registry.usage import footprint
 
 __all__ = ["EXPANSION", "ImageSizes", "LocalImage", "LocalImages"]
@@ -121,7 +121,7 @@ class LocalImages:
             attrs = self._api.inspect_image(target.reference)
         except docker.errors.NotFound:
             return None
-        if target.reference not in (attrs.get("RepoDigests") or []):
+        if not holds(attrs, target):
             return None  # not the complete image under this digest
         return str(attrs["Id"])
 

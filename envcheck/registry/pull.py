@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import docker
@@ -39,12 +40,17 @@ from tenacity import (
 
 from envcheck.core.errors import EngineUnreachable, InfraError, RegistryFailed
 from envcheck.core.results import Reason
+from envcheck.registry.credentials import Credentials as RegistryLogin
+from envcheck.registry.credentials import RegistryCredentials
 from envcheck.registry.engine_failures import EngineFailure, engine_gone
+from envcheck.registry.outcomes import RegistryFailure
 from envcheck.registry.pull_stream import read_pull_stream
+from envcheck.registry.reference import ImageReference, InvalidReference
+from envcheck.registry.state import RegistryBackoff
 from envcheck.registry.stats import OUTCOME_OK, OUTCOME_TIMEOUT, RegistryStats
 
-__all__ = ["CACHE_REPOSITORY", "PullLimits", "PullTarget", "Pulled", "Puller", "cache_tag",
-           "registry_of"]
+__all__ = ["CACHE_REPOSITORY", "PullLimits", "PullTarget", "Pulled", "Puller", "auth_config",
+           "cache_tag", "credentials_from", "holds", "registry_of"]
 
 log = logging.getLogger("envcheck.registry.pull")
 
@@ -71,9 +77,24 @@ class PullTarget:
     def __post_init__(self) -> None:
         if not _DIGEST.match(self.digest):
             raise ValueError(f"{self.digest!r} is not a sha256 digest (sha256:<64 hex>)")
-        if "@" in self.repository or ":" in self.repository.rsplit("/", 1)[-1]:
+        try:
+            ref = ImageReference.parse(self.repository)
+        except InvalidReference as exc:
+            raise ValueError(str(exc)) from None
+        if "@" in self.repository or ref.tag != "latest" or self.repository.endswith(":latest"):
             raise ValueError(f"{self.repository!r} must name a repository without a tag or "
                              "digest")
+        # one spelling per repository (``python`` is ``docker.io/library/python``): the
+        # ledger's key, the cache tag and the engine's RepoDigests all agree on it
+        object.__setattr__(self, "repository", ref.name)
+
+    @classmethod
+    def of(cls, reference: ImageReference, digest: str | None = None) -> PullTarget:
+        """The watch's reference at ``digest`` (its own when it is pinned)."""
+        chosen = digest or reference.digest
+        if chosen is None:
+            raise ValueError(f"{reference}: a pull needs a digest (never a moving tag)")
+        return cls(reference.name, chosen)
 
     @property
     def registry(self) -> str:
@@ -96,6 +117,39 @@ def cache_tag(target: PullTarget) -> tuple[str, str]:
     return name, target.digest.removeprefix("sha256:")
 
 
+def _canonical(reference: str) -> tuple[str, str, str | None] | None:
+    try:
+        ref = ImageReference.parse(reference)
+    except InvalidReference:
+        return None
+    return ref.registry, ref.repository, ref.digest
+
+
+def holds(attrs: dict[str, Any], target: PullTarget) -> bool:
+    """The engine's image (``inspect_image``'s answer) is ``target`` complete: its
+    ``RepoDigests`` name the repository at the digest (the engine writes Docker Hub's names
+    short, ``python@sha256:...``: compared as references, not as text)."""
+    wanted = _canonical(target.reference)
+    return any(_canonical(str(found)) == wanted for found in attrs.get("RepoDigests") or [])
+
+
+def auth_config(login: RegistryLogin) -> dict[str, str]:
+    """What the engine's ``X-Registry-Auth`` takes for ``login``; empty when anonymous (the
+    Docker config was read already: docker-py need not read it again)."""
+    if login.identity_token:
+        return {"identitytoken": login.identity_token}
+    if login.username and login.password:
+        return {"username": login.username, "password": login.password}
+    return {}
+
+
+def credentials_from(registry_credentials: RegistryCredentials
+                     ) -> Callable[[str], dict[str, str] | None]:
+    """The puller's credentials as the tag watch reads them (the catalogue's source for the
+    registry, else the Docker CLI's config and helpers), one mechanism for both."""
+    return lambda registry: auth_config(registry_credentials.for_registry(registry))
+
+
 @dataclass(frozen=True, slots=True)
 class Pulled:
     """A complete pull: the engine's image id, the seconds the pull took (all attempts and
@@ -113,7 +167,6 @@ class PullLimits:
     total: int = 4  # pulls at once on this engine (each already fetches 3 layers at once)
     per_registry: int = 2
     attempts: int = 3  # tries of a pull whose failure may pass
-    rate_limit_backoff_s: float = 60.0  # the engine hides the registry's Retry-After
     log_every_s: float = 5.0  # progress lines per pull, at most one per this interval
 
 
@@ -136,7 +189,8 @@ class Puller:
 
     def __init__(self, api: docker.APIClient, *, limits: PullLimits | None = None,
                  stats: RegistryStats | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None,
+                 backoff: RegistryBackoff | None = None) -> None:
         self._api = api
         self.limits = limits or PullLimits()
         self.stats = stats or RegistryStats()
@@ -144,7 +198,10 @@ class Puller:
         self._all = threading.BoundedSemaphore(max(self.limits.total, 1))
         self._lock = threading.Lock()
         self._per_registry: dict[str, threading.BoundedSemaphore] = {}
-        self._backoff_until: dict[str, float] = {}  # registry -> monotonic
+        # one registry's 429s hold its pulls back (the tag watch's backoff when handed in:
+        # a rate limit its looks met holds the pulls back too, and the other way round); the
+        # engine hides the registry's Retry-After, so a pull's 429 takes the default wait
+        self.backoff = backoff if backoff is not None else RegistryBackoff()
 
     def pull(self, target: PullTarget, deadline: float) -> Pulled:
         """Pull ``target`` by digest before ``deadline`` (``time.monotonic()``), tag it as
@@ -181,15 +238,17 @@ class Puller:
         return Pulled(target, image_id, seconds, downloaded, attempts)
 
     def _refuse_if_backing_off(self, target: PullTarget, registry: str) -> None:
+        now = datetime.now(UTC)
         with self._lock:
-            until = self._backoff_until.get(registry, 0.0)
-        left = until - time.monotonic()
-        if left > 0:
+            held = self.backoff.blocked(registry, now)
+        if held is not None:
+            left = (held.until - now).total_seconds()
             raise RegistryFailed(
                 f"{target.reference}: the registry {registry} rate-limited envcheck; no pull "
                 f"from it for another {left:.0f}s", reason=Reason.REGISTRY_RATE_LIMITED,
                 registry=registry, details={"registry": registry, "backoff_left_s":
-                                            round(left, 1), "reference": target.reference})
+                                            round(left, 1), "reference": target.reference,
+                                            "why": held.why})
 
     def _slot(self, registry: str) -> threading.BoundedSemaphore:
         with self._lock:
@@ -242,8 +301,9 @@ class Puller:
             self.stats.pulled(registry, failure.reason.value, outcome.seconds, got)
             if failure.reason is Reason.REGISTRY_RATE_LIMITED:
                 with self._lock:
-                    self._backoff_until[registry] = (time.monotonic()
-                                                     + self.limits.rate_limit_backoff_s)
+                    self.backoff.record(RegistryFailure(
+                        failure.reason, registry, failure.message, datetime.now(UTC),
+                        status=failure.status))
             if failure.transient:
                 raise _Transient(failure)
             raise failure.error(registry, target.reference)
@@ -272,7 +332,7 @@ class Puller:
                                  registry=registry, details={"registry": registry}) from None
         except Exception as exc:
             raise _engine_error(exc) from exc
-        if target.reference not in (attrs.get("RepoDigests") or []):
+        if not holds(attrs, target):
             raise RegistryFailed(f"{target.reference}: the engine's image does not carry the "
                                  "expected digest", registry=registry,
                                  details={"registry": registry,
