@@ -24,6 +24,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 
 from envcheck.registry.engine_failures import (
     EngineFailure,
@@ -129,8 +130,7 @@ def read_pull_stream(start: Callable[[], Iterator[Any]], deadline: float, *,
                 outcome.error = gone if gone is not None else exc
         finally:
             if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()  # the generator's response: the connection is released
+                _close(stream)
 
     reader = threading.Thread(target=read, name="envcheck-pull", daemon=True)
     reader.start()
@@ -141,6 +141,23 @@ def read_pull_stream(start: Callable[[], Iterator[Any]], deadline: float, *,
         _cancel(reader)
     outcome.seconds = time.monotonic() - begun
     return outcome
+
+
+def _close(stream: Any) -> None:
+    """End a pull's stream read or left early (an error event, a cancel): its response is
+    closed, and with it the connection (closing the generator alone leaves the socket to the
+    garbage collector, and an unread response to the engine)."""
+    generator = stream
+    while generator is not None:
+        frame = getattr(generator, "gi_frame", None)
+        if frame is not None:
+            for value in list(frame.f_locals.values()):
+                if isinstance(value, requests.Response):
+                    with contextlib.suppress(Exception):
+                        value.close()
+        generator = getattr(generator, "gi_yieldfrom", None)
+    with contextlib.suppress(Exception):
+        stream.close()
 
 
 def _cancel(reader: threading.Thread) -> None:
