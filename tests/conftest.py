@@ -134,6 +134,14 @@ def registry_token() -> Iterator[Registry]:
     reg.close()
 
 
+@pytest.fixture(scope="session")
+def registry_tls() -> Iterator[Registry]:
+    """The registry without auth over TLS, its certificate signed by a test CA (``ca_file``)."""
+    reg = Registry("anonymous", tls=True)
+    yield reg
+    reg.close()
+
+
 @pytest.fixture
 def registry_proxy(registry_htpasswd: Registry) -> Iterator[RegistryProxy]:
     """A fault proxy before the basic-auth registry, for one test."""

@@ -31,7 +31,7 @@ import requests
 
 from tests.polling import stop, wait_for
 from tests.ports import free_port
-from tests.token_issuer import ISSUER, SERVICE, IssuerKey, TokenIssuer
+from tests.token_issuer import ISSUER, SERVICE, IssuerKey, TokenIssuer, server_certificate
 
 __all__ = ["AccessEntry", "Mark", "Mode", "Registry", "request_kind"]
 
@@ -86,12 +86,21 @@ class Mark:
 class Registry:
     """The registry process, its config and storage under one temporary folder."""
 
-    def __init__(self, mode: Mode, *, issuer_key: IssuerKey | None = None) -> None:
+    def __init__(self, mode: Mode, *, issuer_key: IssuerKey | None = None,
+                 tls: bool = False) -> None:
         self.mode = mode
         self.dir = Path(tempfile.mkdtemp(prefix=f"envcheck-registry-{mode}-"))
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.host}"
+        self.url = f"{'https' if tls else 'http'}://{self.host}"
+        # with tls: a certificate for 127.0.0.1 signed by a test CA (``ca_file``), as an
+        # engine's certs.d would hold it
+        self.ca_file: Path | None = None
+        self._tls: tuple[Path, Path] | None = None
+        if tls:
+            ca = IssuerKey.generate()
+            self.ca_file = ca.write_bundle(self.dir / "ca.crt")
+            self._tls = server_certificate(ca, self.dir)
         self.user = USER if mode != "anonymous" else None
         self.password = PASSWORD if mode != "anonymous" else None
         self.issuer: TokenIssuer | None = None
@@ -122,6 +131,8 @@ class Registry:
             f"storage:\n  filesystem:\n    rootdirectory: {self.dir / 'data'}\n"
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n  secret: envcheck-test-http-secret\n"
+            + (f"  tls:\n    certificate: {self._tls[0]}\n    key: {self._tls[1]}\n"
+               if self._tls else "")
             + auth)
         return config
 
@@ -137,7 +148,9 @@ class Registry:
         with open(self.access_log, "ab") as out, open(self.error_log, "ab") as err:
             self._proc = subprocess.Popen([binary, "serve", str(self.config)], stdout=out,
                                           stderr=err, stdin=subprocess.DEVNULL)
-        wait_for(lambda: requests.get(f"{self.url}/v2/", timeout=2).status_code in (200, 401),
+        verify = str(self.ca_file) if self.ca_file else True
+        wait_for(lambda: requests.get(f"{self.url}/v2/", timeout=2,
+                                      verify=verify).status_code in (200, 401),
                  timeout_s=30, what=f"the registry on {self.host}", proc=self._proc,
                  details=lambda: self.error_log.read_text()[-2000:])
 

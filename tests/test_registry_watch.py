@@ -5,9 +5,11 @@ moved tag; each failure class; the token flow; an index whose other platform cha
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import docker
 import pytest
@@ -27,6 +29,7 @@ from envcheck.registry import (
 from tests.registry_images import RegistryApi, new_repository, push_tiny
 from tests.registry_proxy import RegistryProxy, too_many_requests
 from tests.registryd import Registry
+from tests.token_issuer import IssuerKey
 
 pytestmark = pytest.mark.docker
 
@@ -75,11 +78,11 @@ def watcher() -> TagWatcher:
 
 
 def test_an_unchanged_tag_costs_one_head_and_nothing_else(
-        registry_htpasswd: Registry, docker_client: docker.DockerClient,
-        watcher: TagWatcher) -> None:
+        registry_htpasswd: Registry, registry_proxy: RegistryProxy,
+        docker_client: docker.DockerClient, watcher: TagWatcher) -> None:
     repo = new_repository()
     digest = push_tiny(docker_client, registry_htpasswd, repo, "v1")
-    reference = ref(registry_htpasswd.host, repo, "v1")
+    reference = ref(registry_proxy.host, repo, "v1")  # the proxy counts connections
     first = looked(watcher.look(reference, creds(registry_htpasswd)))
     assert first.digest == digest and first.index_digest is None
     assert first.media_type.endswith("manifest.v2+json")
@@ -90,6 +93,7 @@ def test_an_unchanged_tag_costs_one_head_and_nothing_else(
     assert [look.requests for look in looks] == [1] * 5
     # from the registry's own log: HEADs only, no manifest GET, no blob GET
     assert registry_htpasswd.counts(mark, repo) == {"head_manifest": 5}
+    assert registry_proxy.connections == 1  # all over one kept-alive connection
 
 
 def test_a_moved_tag_is_a_new_identity(registry_htpasswd: Registry,
@@ -254,9 +258,14 @@ def test_token_flow_caches_the_token_for_its_lifetime(
     renewed = looked(watcher.look(reference, creds(registry_token)))
     assert renewed.token_requests == 1
     assert registry_token.counts(mark, repo) == {"head_manifest": 1, "token": 1}
-    # no credentials: the issuer refuses an anonymous token
+    # no credentials: the issuer refuses an anonymous token; a wrong password, any token
     none = failed(watcher.look(reference, ANONYMOUS), Reason.REGISTRY_AUTH_FAILED)
     assert "has none" in none.message
+    wrong = failed(watcher.look(reference, Credentials("envcheck", "wrong-pass-77aa",
+                                                       source="the wrong ones")),
+                   Reason.REGISTRY_AUTH_FAILED)
+    assert registry_token.issuer.realm in wrong.message and "the wrong ones" in wrong.message
+    assert "wrong-pass-77aa" not in caplog.text + wrong.message
     assert registry_token.password not in caplog.text
     assert "eyJ" not in caplog.text  # no JWT (a token) in any log line
     watcher.close()
@@ -287,9 +296,18 @@ def test_another_platform_changing_in_the_index_is_not_a_move(
     state, update = state.observe(second, timedelta(minutes=5))
     assert update.change == Change.UNCHANGED
     assert registry_htpasswd.counts(mark, repo) == {"head_manifest": 1, "get_manifest": 1}
+    # nothing new: a HEAD alone, the index's entry remembered by the watcher...
     mark = registry_htpasswd.mark()
-    looked(watcher.look(reference, creds(registry_htpasswd), previous=second))
-    assert registry_htpasswd.counts(mark, repo) == {"head_manifest": 1}  # nothing new: a HEAD
+    assert looked(watcher.look(reference, creds(registry_htpasswd))).digest == amd64
+    assert registry_htpasswd.counts(mark, repo) == {"head_manifest": 1}
+    # ... or, by a watcher that never saw it (a restart), taken from the previous look
+    fresh = TagWatcher()
+    looked(fresh.look(ref(registry_htpasswd.host, repo, "a"), creds(registry_htpasswd)))
+    mark = registry_htpasswd.mark()
+    assert looked(fresh.look(reference, creds(registry_htpasswd), previous=second)).digest \
+        == amd64
+    assert registry_htpasswd.counts(mark, repo) == {"head_manifest": 1}
+    fresh.close()
 
     api.put_index(repo, "multi", {"linux/arm64": arm64_rebuilt, "linux/amd64": amd64_rebuilt})
     state, update = state.observe(watcher.look(reference, creds(registry_htpasswd),
@@ -318,3 +336,50 @@ def test_the_proxy_of_the_environment_is_honoured(
     assert looked(direct.look(reference, creds(registry_htpasswd))).digest == digest
     direct.close()
     assert registry_proxy.connections == before
+
+
+def test_the_engines_ca_files_for_a_tls_registry(
+        registry_tls: Registry, docker_client: docker.DockerClient, tmp_path: Path) -> None:
+    assert registry_tls.ca_file is not None
+    repo = new_repository()
+    digest = push_tiny(docker_client, registry_tls, repo, "v1")  # the engine tries TLS first
+    reference = ref(registry_tls.host, repo, "v1")
+    certs = tmp_path / "certs.d"
+    (certs / registry_tls.host).mkdir(parents=True)
+    shutil.copy(registry_tls.ca_file, certs / registry_tls.host / "ca.crt")
+    trusting = TagWatcher(WatchSettings(certs_dir=certs))
+    assert looked(trusting.look(reference)).digest == digest  # TLS, verified by the CA file
+    trusting.close()
+    # no CA file for it: a loopback registry is spoken to in plain HTTP, which it refuses
+    plain = TagWatcher(WatchSettings(certs_dir=tmp_path / "none"))
+    refused = failed(plain.look(reference), Reason.REGISTRY_UNREACHABLE)
+    assert refused.status == 400
+    plain.close()
+    # a CA file that did not sign its certificate: the handshake fails
+    other = tmp_path / "other.d"
+    (other / registry_tls.host).mkdir(parents=True)
+    IssuerKey.generate().write_bundle(other / registry_tls.host / "ca.crt")
+    distrusting = TagWatcher(WatchSettings(certs_dir=other))
+    untrusted = failed(distrusting.look(reference), Reason.REGISTRY_UNREACHABLE)
+    assert untrusted.extra["network"] == "tls"
+    distrusting.close()
+
+
+def test_a_token_without_expires_in_lives_the_specs_60_s(
+        registry_token: Registry, docker_client: docker.DockerClient) -> None:
+    assert registry_token.issuer is not None
+    repo = new_repository()
+    push_tiny(docker_client, registry_token, repo, "v1")
+    reference = ref(registry_token.host, repo, "v1")
+    clock = ShiftedClock()
+    watcher = TagWatcher(clock=clock)
+    registry_token.issuer.policy.expires_in = None
+    try:
+        assert looked(watcher.look(reference, creds(registry_token))).token_requests == 1
+        clock.offset += 50
+        assert looked(watcher.look(reference, creds(registry_token))).token_requests == 0
+        clock.offset += 11  # 61 s after it was issued
+        assert looked(watcher.look(reference, creds(registry_token))).token_requests == 1
+    finally:
+        registry_token.issuer.policy.expires_in = 300
+        watcher.close()

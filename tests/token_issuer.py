@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import json
 import secrets
 import threading
@@ -27,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-__all__ = ["IssuerKey", "TokenIssuer", "TokenRequest"]
+__all__ = ["IssuerKey", "TokenIssuer", "TokenRequest", "server_certificate"]
 
 ISSUER = "envcheck-test-issuer"
 SERVICE = "envcheck-test-registry"
@@ -68,6 +69,27 @@ class IssuerKey:
                                  for part in (header, claims))
         signature = self.key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         return f"{signing_input}.{_b64url(signature)}"
+
+
+def server_certificate(ca: IssuerKey, folder: Path, ip: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A TLS certificate for ``ip`` signed by ``ca``, and its key, written into ``folder``."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ip)]))
+            .issuer_name(ca.cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=1))
+            .not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(
+                ip))]), critical=False)
+            .sign(ca.key, hashes.SHA256()))
+    cert_path, key_path = folder / "server.crt", folder / "server.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.TraditionalOpenSSL,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
 
 
 @dataclass(frozen=True)

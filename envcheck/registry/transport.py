@@ -101,6 +101,7 @@ class Transport:
             method, url, headers=dict(headers or {}), auth=auth, data=data,
             timeout=(connect_s, read_s), stream=True, allow_redirects=True,
             verify=verify, cert=cert, proxies=self._proxies_for(url, host))
+        whole = False
         try:
             body = bytearray()
             if method != "HEAD":
@@ -112,9 +113,16 @@ class Transport:
                         break
                     if deadline.remaining() <= 0:
                         raise DeadlinePassed
+                else:
+                    whole = True
+            else:
+                whole = True
             return Answer(response.status_code, response.headers, bytes(body[:max_body]))
         finally:
-            response.close()
+            if whole:  # the connection goes back to the pool: the next look reuses it
+                response.raw.release_conn()
+            else:  # unread bytes on it: dropped
+                response.close()
 
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
