@@ -8,6 +8,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -176,11 +177,12 @@ def test_transient_failure_retried_until_the_registry_is_back(
     assert pulls[(registry_anonymous.host, OUTCOME_OK)] == 1
 
 
-def test_limit_per_registry_makes_a_second_pull_wait(
+def test_limits_per_registry_and_in_all_make_a_pull_wait(
         docker_client: docker.DockerClient, registry_htpasswd: Registry,
         registry_proxy: RegistryProxy, pulled_images: Pulled) -> None:
     """With one pull per registry, a pull waits while another holds the registry's slot (a
-    hanging one here), and its deadline passes waiting, before it asks the engine."""
+    hanging one here), and its deadline passes waiting, before it asks the engine; with one
+    pull in all, so does a pull from another registry."""
     repo = new_repository()
     first = push_tiny(docker_client, registry_htpasswd, repo, "v1")
     second = push_tiny(docker_client, registry_htpasswd, repo, "v2")
@@ -191,11 +193,13 @@ def test_limit_per_registry_makes_a_second_pull_wait(
                     credentials=lambda _: registry_htpasswd.auth_config)
     registry_proxy.freeze()
 
-    def hang() -> None:
-        with contextlib.suppress(RegistryFailed):
-            puller.pull(t1, time.monotonic() + 8)
+    def hang_with(by: Puller) -> Callable[[], None]:
+        def hang() -> None:
+            with contextlib.suppress(RegistryFailed):
+                by.pull(t1, time.monotonic() + 8)
+        return hang
 
-    hung = threading.Thread(target=hang, daemon=True)
+    hung = threading.Thread(target=hang_with(puller), daemon=True)
     hung.start()
     wait_for(lambda: registry_proxy.connections > 0, timeout_s=30,
              what="the first pull to reach the registry")
@@ -205,9 +209,20 @@ def test_limit_per_registry_makes_a_second_pull_wait(
     assert registry_proxy.connections == connections  # the second never reached the registry
     hung.join(30)
     registry_proxy.thaw()
-    # a slot of another registry is not taken by this one's
-    other = Puller(docker_client.api, limits=PullLimits(per_registry=1, total=4))
-    assert other._slot("a.example") is not other._slot("b.example")
+    # one pull in all: a pull from another registry waits for the engine's one slot
+    engine_wide = Puller(docker_client.api, limits=PullLimits(per_registry=2, total=1),
+                         credentials=lambda _: registry_htpasswd.auth_config)
+    registry_proxy.freeze()
+    hung = threading.Thread(target=hang_with(engine_wide), daemon=True)
+    hung.start()
+    wait_for(lambda: registry_proxy.connections > connections, timeout_s=30,
+             what="the hanging pull to reach the registry")
+    direct = PullTarget(f"{registry_htpasswd.host}/{repo}", second)
+    with pytest.raises(RegistryFailed, match="waiting for a pull slot on this engine"):
+        engine_wide.pull(direct, time.monotonic() + 2)
+    hung.join(30)
+    registry_proxy.thaw()
+    assert not pulled_images.present(direct)
 
 
 def test_no_secret_in_logs_or_errors(docker_client: docker.DockerClient,
