@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from envcheck.core.errors import RegistryFailed
+from envcheck.core.errors import EngineUnreachable, RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import Budget, reconcile
 from envcheck.registry.credentials import CredentialSource, RegistryCredentials
@@ -21,6 +21,7 @@ from envcheck.registry.pull import PullTarget, cache_tag
 from envcheck.registry.sizes import ManifestSizes
 from envcheck.registry.usage import LayerCache, footprint
 from envcheck.registry.watch import TagWatcher
+from tests.engine_proxy import EngineProxy
 from tests.pulls import MB, Pulled, layered, local_images, push_sized, target
 from tests.registry_images import new_repository
 from tests.registryd import Registry
@@ -219,3 +220,20 @@ def test_prefetch_bytes_bounded_by_the_manifests(
     assert images.ahead == targets[:1]
     assert not pulled_images.present(targets[1])
     images.close()
+
+
+def test_an_engine_that_stops_answering_is_engine_unreachable(
+        docker_client: docker.DockerClient, tmp_path: Path) -> None:
+    """Not the registry's failure, and no docker or requests exception past the stage."""
+    proxy = EngineProxy(tmp_path / "engine.sock")
+    client = docker.DockerClient(base_url=proxy.url, version="1.41", timeout=2)
+    try:
+        images = local_images(client, tmp_path, Budget(bytes=MB))
+        proxy.freeze()
+        with pytest.raises(EngineUnreachable):
+            images.ensure("127.0.0.1:1/a/b", "sha256:" + "a" * 64, time.monotonic() + 5)
+        images.close()
+    finally:
+        proxy.thaw()
+        client.close()
+        proxy.close()

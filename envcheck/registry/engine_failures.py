@@ -31,15 +31,24 @@ an auth failure (envcheck's), never the environment's.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import docker.errors
 import requests
 
-from envcheck.core.errors import EngineUnreachable, ImageNotFound, RegistryFailed
+from envcheck.core.errors import (
+    EngineUnreachable,
+    EnvcheckError,
+    ImageNotFound,
+    InfraError,
+    RegistryFailed,
+)
 from envcheck.core.results import Reason
 
-__all__ = ["EngineFailure", "classify", "classify_api_error", "classify_event", "engine_gone"]
+__all__ = ["EngineFailure", "classify", "classify_api_error", "classify_event", "engine_calls",
+           "engine_gone"]
 
 # Checked in this order: a disk-full layer write may mention the registry's URL, a 429 may
 # say "unauthorized" in a link, a refused connection names the manifest's URL.
@@ -132,6 +141,21 @@ def classify_event(event: dict[str, object]) -> EngineFailure | None:
         message = str(detail["message"])
     code = detail.get("code") if isinstance(detail, dict) else None
     return classify(message, code if isinstance(code, int) else None)
+
+
+@contextmanager
+def engine_calls(what: str) -> Iterator[None]:
+    """The boundary for the registry stage's other engine calls (inspect, tag, remove, df):
+    an engine that does not answer is ``EngineUnreachable``, one that refuses is
+    ``InfraError``; envcheck's own errors pass as they are."""
+    try:
+        yield
+    except EnvcheckError:
+        raise
+    except docker.errors.APIError as exc:
+        raise InfraError(f"{what}: the Docker engine refused: {exc.explanation or exc}") from exc
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        raise EngineUnreachable(f"{what}: Docker engine unreachable: {exc}") from exc
 
 
 def engine_gone(exc: BaseException) -> EngineUnreachable | None:

@@ -38,6 +38,7 @@ import docker.utils
 from envcheck.core.errors import EnvcheckError, RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import ImageCache
+from envcheck.registry.engine_failures import engine_calls
 from envcheck.registry.ledger import LedgerEntry
 from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
 from envcheck.registry.usage import footprint
@@ -96,7 +97,8 @@ class LocalImages:
         target = _target(reference, digest)
         with self._ahead_lock:
             self._ahead.pop(target, None)  # used now: no longer ahead of its probe
-        return self._ensure(target, deadline, touch=True)
+        with engine_calls(target.reference):
+            return self._ensure(target, deadline, touch=True)
 
     def _ensure(self, target: PullTarget, deadline: float, *, touch: bool) -> LocalImage:
         found = self._present(target)
@@ -207,8 +209,9 @@ class LocalImages:
                 if len(self._ahead) >= self.prefetch_count:
                     break
                 ahead_bytes = sum(self._ahead.values())
-            if self._present(target) is not None:
-                continue
+            with engine_calls(target.reference):
+                if self._present(target) is not None:
+                    continue
             deadline = time.monotonic() + self._prefetch_timeout_s
             estimate = self._estimate(target, deadline)
             if self.prefetch_bytes is not None and ahead_bytes + estimate > self.prefetch_bytes:
@@ -224,17 +227,23 @@ class LocalImages:
 
     def _prefetch_one(self, target: PullTarget, deadline: float) -> LocalImage | None:
         try:
-            local = self._ensure(target, deadline, touch=False)
+            with engine_calls(target.reference):
+                local = self._ensure(target, deadline, touch=False)
         except EnvcheckError as exc:  # the probe's own ensure reports it; here it is a note
             with self._ahead_lock:
                 self._ahead.pop(target, None)
             log.info("prefetch failed", extra={"image": target.reference, "error": str(exc)})
             return None
         with self._ahead_lock:
-            if target in self._ahead:
-                self._ahead[target] = int(self._api.inspect_image(local.image_id)
-                                          .get("Size") or 0)
+            if target in self._ahead:  # what it holds now, in place of the estimate
+                self._ahead[target] = self._size_of(local.image_id)
         return local
+
+    def _size_of(self, image_id: str) -> int:
+        try:
+            return int(self._api.inspect_image(image_id).get("Size") or 0)
+        except docker.errors.DockerException:
+            return 0
 
     def _ahead_ids(self) -> set[str]:
         with self._ahead_lock:
