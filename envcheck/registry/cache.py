@@ -224,12 +224,13 @@ class ImageCache:
             log.warning("could not tag an image in use again", extra={"image": entry.reference})
 
 
-def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None = None
-              ) -> tuple[int, int]:
+def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None = None, *,
+              adopt: Callable[[PullTarget], bool] = lambda _: True) -> tuple[int, int]:
     """Settle the ledger with the engine at start: entries whose image is gone are dropped;
     a pull that was under way when the process died and that the engine holds complete is
     tagged and adopted (its intent dropped otherwise); an image carrying envcheck's cache tag
-    but missing from the ledger (killed right after the tag) is adopted. (dropped, adopted)."""
+    but missing from the ledger (killed right after the tag) is adopted, when ``adopt`` says
+    so (every one by default: one ledger per engine). (dropped, adopted)."""
     at = now or datetime.now(UTC)
     dropped = adopted = 0
     for entry in ledger.entries():
@@ -247,7 +248,7 @@ def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None =
         adopted += 1
     for image in api.images():  # a reference filter's * stops at a slash: all, then ours
         for target in _targets_tagged(image):
-            if ledger.get(target.repository, target.digest) is None:
+            if adopt(target) and ledger.get(target.repository, target.digest) is None:
                 attrs = _image_with(api, target)
                 if attrs is not None:
                     _adopt(ledger, target, attrs, at)
