@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
@@ -24,6 +25,7 @@ from envcheck.registry import (
     TagLook,
     TagWatcher,
 )
+from envcheck.registry.failures import from_error
 from tests.registry_images import new_repository, push_tiny
 from tests.registryd import Registry
 
@@ -182,3 +184,18 @@ def test_credentials_never_print() -> None:
     for text in (repr(held), str(held), repr(token), f"{token}"):
         assert "pa55-word-1234" not in text and "id-token-5678" not in text
     assert "password=***" in repr(held) and held.key != token.key
+
+
+def test_a_failing_source_is_not_read_again_for_every_tag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = install_helper(tmp_path / "bin", "exit 3", monkeypatch)
+    monkeypatch.setenv("DOCKER_CONFIG", str(write_config(tmp_path / "docker",
+                                                         {"credsStore": "envchecktest"})))
+    resolver = RegistryCredentials()
+    for _ in range(3):
+        with pytest.raises(RegistryFailed) as failed:
+            resolver.for_registry("registry.example:5000")
+    assert len(asked.read_text().split()) == 1  # the helper ran once
+    look_failure = from_error(failed.value, datetime.now(UTC))
+    assert look_failure.reason == Reason.REGISTRY_AUTH_FAILED
+    assert look_failure.registry == "registry.example:5000"

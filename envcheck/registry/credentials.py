@@ -169,7 +169,7 @@ class RegistryCredentials:
         self._helper_timeout_s = helper_timeout_s
         self._ttl_s = ttl_s
         self._clock = clock
-        self._cache: dict[str, tuple[float, Credentials]] = {}
+        self._cache: dict[str, tuple[float, Credentials | RegistryFailed]] = {}
         self._lock = threading.Lock()
 
     def for_registry(self, registry: str) -> Credentials:
@@ -177,8 +177,17 @@ class RegistryCredentials:
         with self._lock:
             cached = self._cache.get(registry)
         if cached is not None and now - cached[0] < self._ttl_s:
+            if isinstance(cached[1], RegistryFailed):
+                raise cached[1]
             return cached[1]
-        found = self._resolve(registry)
+        try:
+            found = self._resolve(registry)
+        except RegistryFailed as exc:
+            # a failing helper is not run again for every tag of its registry: the failure
+            # stands for a minute (at most the ttl), then the source is read again
+            with self._lock:
+                self._cache[registry] = (now - self._ttl_s + min(self._ttl_s, 60.0), exc)
+            raise
         with self._lock:
             self._cache[registry] = (now, found)
         return found

@@ -27,12 +27,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from envcheck.core.errors import RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.core.retry_after import parse_retry_after
 from envcheck.net.http import classify
 from envcheck.registry.outcomes import NOT_FOUND, RegistryFailure
 
-__all__ = ["deadline_passed", "error_codes", "from_exception", "from_response",
+__all__ = ["deadline_passed", "error_codes", "from_error", "from_exception", "from_response",
            "rate_remaining"]
 
 _MISSING_CODES = {"MANIFEST_UNKNOWN", "NAME_UNKNOWN"}
@@ -79,6 +80,13 @@ def from_exception(exc: BaseException, registry: str, at: datetime, *, what: str
     return RegistryFailure(Reason.REGISTRY_UNREACHABLE, registry,
                            f"registry {registry} {words}" + (f" ({what})" if what else ""),
                            at, requests=requests, extra={"network": str(network)})
+
+
+def from_error(error: RegistryFailed, at: datetime) -> RegistryFailure:
+    """envcheck's registry error (credentials that cannot be read, say) as a look's failure,
+    for a caller that resolves credentials before it looks."""
+    return RegistryFailure(error.reason, error.registry, str(error), at,
+                           extra=dict(error.details))
 
 
 def deadline_passed(registry: str, at: datetime, deadline_s: float, *,
