@@ -25,7 +25,7 @@ from tests.registry_proxy import RegistryProxy
 from tests.registryd import Registry
 from tests.token_issuer import IssuerKey
 
-pytest_plugins = ["tests.backends", "tests.deploy"]
+pytest_plugins = ["tests.backends", "tests.deploy", "tests.pulls"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "probes" / "demo.yaml"
