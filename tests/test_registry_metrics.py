@@ -1,7 +1,8 @@
 """The registry stage's series on a real daemon's ``/metrics``: a watched tiny image in the
 real test registry, looked up on the ``image`` kind's schedule, the looks counted by registry
-and outcome between two scrapes over HTTP. A daemon whose catalogue watches nothing exports
-none of them."""
+and outcome between two scrapes over HTTP; a registry answering 429 (through the fault
+proxy) shows its refusals and the quota its headers say is left. A daemon whose catalogue
+watches nothing exports none of them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import docker
 import pytest
 
 from tests.registry_images import new_repository, push_tiny
+from tests.registry_proxy import RegistryProxy, too_many_requests
 from tests.registryd import Registry
 from tests.test_daemon import HEALTHY, Daemons, daemons, write_catalogue  # noqa: F401
 
@@ -84,4 +86,20 @@ def test_a_daemon_watching_no_registry_exports_no_registry_series(
     text = d.get("/metrics").text
     assert "envcheck_up 1.0" in text
     assert "envcheck_registry_" not in text and "envcheck_image_cache_" not in text
+    assert d.stop() == 0
+
+
+def test_a_rate_limited_registry_shows_its_refusals_and_the_quota_left(
+        daemons: Daemons, tmp_path: Path,  # noqa: F811
+        registry_proxy: RegistryProxy) -> None:
+    registry_proxy.answer(*too_many_requests(retry_after="1", remaining="0;w=21600"))
+    path = watched_catalogue(tmp_path / "watched.yaml", {
+        "limited": f"{registry_proxy.host}/envcheck-metrics/limited:v1"})
+    d = daemons.start(path)
+    d.wait("a rate-limited look",
+           lambda: looks(d.metrics(), registry_proxy.host).get("registry_rate_limited", 0) >= 1)
+    metrics = d.metrics()
+    assert metrics[("envcheck_registry_rate_remaining",
+                    (("registry", registry_proxy.host),))] == 0
+    assert "ok" not in looks(metrics, registry_proxy.host)
     assert d.stop() == 0
