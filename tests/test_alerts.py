@@ -37,7 +37,9 @@ from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.assess import StoreAssessment, evaluate
 from envcheck.metrics import StoreMetrics
+from envcheck.metrics.images import RegistrySeries
 from envcheck.metrics.own import own_registry
+from envcheck.registry.stats import RegistryStats
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
@@ -52,9 +54,11 @@ SEVERITIES = {"critical", "warning", "info"}
 # Labels envcheck's metrics may carry: all bounded by the fleet or a fixed vocabulary.
 # `trick`: the adversarial controls' fixed library (TRICK_NAMES), like `kind`.
 # `depth`: a tests probe's depth (core.depth.Depth: full, light, fixed).
-# `outcome`: a rollout's outcome (core.rollouts.Outcome, a closed vocabulary).
+# `outcome`: a rollout's outcome (core.rollouts.Outcome, a closed vocabulary), or a registry
+# look's or pull's (ok, timeout, a registry reason).
+# `registry`: a registry host the catalogue's watched images name.
 BOUNDED_LABELS = {"env", "suite", "kind", "status", "state", "source", "stat", "le", "trick",
-                  "depth", "outcome"}
+                  "depth", "outcome", "registry"}
 HTTP_TIMEOUT = (2, 5)
 
 
@@ -102,7 +106,8 @@ def test_every_alert_is_complete_and_unit_tested_both_ways() -> None:
             "DataSourceDown", "DataSourceSchemaDrift", "EnvironmentRewardHackable",
             "EnvcheckInfraIncident", "StaleResults", "EnvcheckBudgetExhausted",
             "SuiteBudgetExhausted", "EnvcheckRolloutFlagged", "SuiteRolloutFailureRateHigh",
-            "EnvcheckScheduleOverloaded",
+            "EnvcheckScheduleOverloaded", "EnvcheckRegistryUnreachable",
+            "EnvcheckRegistryAuthFailed", "EnvcheckRegistryRateLimited",
             "EnvcheckDown", "EnvcheckAbsent"} <= set(alerts)
     for name, rule in alerts.items():
         assert rule.get("for"), f"{name}: no `for`"
@@ -195,6 +200,20 @@ def seed(store: Store, catalogue: Catalogue, now: datetime) -> None:
                                                  "reason": "rollout_failures"}}, None)
 
 
+def registry_stats() -> RegistryStats:
+    """The registry stage's counters after a few looks and pulls, as the stage counts them."""
+    stats = RegistryStats()
+    stats.looked("127.0.0.1:5000", "ok", 0.01, rate_remaining=98)
+    stats.looked("127.0.0.1:5000", "registry_auth_failed", 0.02)
+    stats.looked_up(hit=False)
+    stats.pulled("127.0.0.1:5000", "ok", 1.5, 2_000_000)
+    stats.pulled("127.0.0.1:5000", "registry_rate_limited", 0.1, 0)
+    stats.cache(2_000_000, 10_000_000)
+    stats.evicted(1_000_000)
+    stats.looked_up(hit=True)
+    return stats
+
+
 def scrape_seeded(tmp_path: Path, per_environment: bool) -> str:
     """The exposition of envcheck's metrics over a seeded SQLite store, with a scheduler
     (built, never started) so the schedule-aware metrics are there too."""
@@ -209,9 +228,11 @@ def scrape_seeded(tmp_path: Path, per_environment: bool) -> str:
         scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
                                    assessment=StoreAssessment(store),
                                    budget=BudgetLimits(fleet=36000.0, suites={"lint": 3600.0}))
-        # in the daemon's registry: the process's and the lease's series beside the store's
-        return StoreMetrics(store, scheduler, now=now.timestamp,
-                            registry=own_registry(lambda: True),
+        # in the daemon's registry: the process's and the lease's series beside the store's,
+        # and the registry stage's (a watched image looked up, pulled, one look refused)
+        series = own_registry(lambda: True)
+        series.register(RegistrySeries(registry_stats().snapshot))
+        return StoreMetrics(store, scheduler, now=now.timestamp, registry=series,
                             per_environment=per_environment).render().decode()
 
 

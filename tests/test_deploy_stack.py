@@ -6,8 +6,10 @@ envcheck (its own image, PostgreSQL as its store) probes a demo environment whos
 broken; Prometheus, loading alerts.yaml, scrapes it and Alertmanager delivers the
 EnvironmentQuarantined alert to a webhook here; the image is "fixed" (retagged healthy) and
 the alert resolves. Every panel of the Grafana board is queried on that Prometheus and returns
-series. A sandbox this test holds open stays untouched by envcheck's start-up clean-up (the
-service shares the host's pids). Stopping envcheck removes its sandboxes, and `down -v` leaves
+series: the registry's panels from a second suite whose images envcheck follows in the real
+test registry (one pulled and probed, one behind a proxy answering 429 with the quota left).
+A sandbox this test holds open stays untouched by envcheck's start-up clean-up (the service
+shares the host's pids). Stopping envcheck removes its sandboxes, and `down -v` leaves
 nothing of the project.
 """
 
@@ -37,7 +39,11 @@ from tests.grafana import board, expand, queries
 from tests.http_server import MisbehavingServer, ok
 from tests.polling import wait_for
 from tests.ports import free_port
+from tests.registry_images import new_repository
+from tests.registry_proxy import RegistryProxy, too_many_requests
+from tests.registryd import Registry
 from tests.test_alerts import Receiver, answers, fast_rules
+from tests.test_registry_probe import pulled_images, push_labelled
 
 STACK = ROOT / "images" / "stack" / "docker-compose.yml"
 PROJECT_LABEL = "com.docker.compose.project"
@@ -93,6 +99,28 @@ def container_of(engine: Any, project: str, service: str) -> Any:
     return found
 
 
+REGISTRY_SUITE = """\
+version: 1
+suites:
+  stackreg:
+    description: images envcheck follows in a registry
+    defaults:
+      pull: watch
+      workdir: /workspace
+      user: agent
+      shell: /bin/bash
+      tools: [git, python3]
+      timeouts: {{ start_s: 15, shell_s: 2, exec_s: 30 }}
+      schedules: {{ image: 2s, terminal: 2s, dependencies: null, tests: null, datasource: null,
+                   jitter_s: 0 }}
+    environments:
+      - id: st-pulled
+        image: "{pulled}"
+      - id: st-limited
+        image: "{limited}"
+"""
+
+
 def series(prometheus: str, expr: str) -> list[dict[str, Any]]:
     reply = requests.get(f"{prometheus}/api/v1/query", params={"query": expr},
                          timeout=HTTP_TIMEOUT).json()
@@ -113,7 +141,8 @@ def engine() -> Iterator[Any]:
 @pytest.mark.parametrize("flavour", ["v1", "v2"])
 def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         flavour: str, tmp_path: Path, engine: Any, runtime: DockerRuntime,
-        deploy_images: tuple[str, str]) -> None:
+        deploy_images: tuple[str, str], registry_anonymous: Registry,
+        registry_proxy: RegistryProxy) -> None:
     binary = compose_binary(flavour)
     flip = f"envcheck-stacktest/flip-{uuid.uuid4().hex[:10]}:latest"
     project = f"envcheck-test-{flavour}-{uuid.uuid4().hex[:8]}"
@@ -127,6 +156,11 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
     write_catalogue(catalogue, "stack", {"st-healthy": "envcheck-demo/healthy:latest",
                                          "st-flip": flip},
                     sources={"weather": api.url("/weather")})
+    repository = new_repository("envcheck-stack")
+    registry_proxy.answer(*too_many_requests(retry_after="1", remaining="0;w=21600"))
+    (catalogue / "registry.yaml").write_text(REGISTRY_SUITE.format(
+        pulled=f"{registry_anonymous.host}/{repository}:v1",
+        limited=f"{registry_proxy.host}/{repository}:v1"), encoding="utf-8")
     # Hermetic: nothing of the caller's environment but what finds the engine and the tools.
     env = {key: value for key, value in {
         "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
@@ -143,6 +177,7 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         # budgets far above what the stack spends: nothing waits, and the board's budget
         # panels (the fleet's and the suite's) have series to show
         "ENVCHECK_BUDGET": "1000000", "ENVCHECK_SUITE_BUDGET": "stack=1000000",
+        "ENVCHECK_IMAGE_CACHE": "10GiB",  # the board's cache-against-budget panel
         "DOCKER_HOST": os.environ.get("DOCKER_HOST"),
     }.items() if value is not None}
     stack = Stack(binary, project, env)
@@ -154,6 +189,9 @@ def test_the_stack_alerts_end_to_end_and_leaves_nothing(
         cleanup.callback(api.close)
         engine.images.get("envcheck-demo/tool-missing:latest").tag(flip)
         cleanup.callback(lambda: engine.images.remove(flip, noprune=True))
+        push_labelled(engine, registry_anonymous, repository, "v1", project)
+        cleanup.callback(lambda: [engine.images.remove(img.id, force=True)
+                                  for img in pulled_images(engine, repository)])
         cleanup.callback(lambda: stack("down", "-v", "--remove-orphans", "-t", "150"))
 
         # a sandbox of another envcheck process on this host (this one), in use throughout

@@ -43,6 +43,16 @@ COVERED = {
     "the training run's rollouts: by outcome, failure ratio, flagged environments": {
         "envcheck_rollouts_total", "envcheck_rollouts_unknown_environment_total",
         "envcheck_suite_rollout_flagged_environments"},
+    "tag looks by registry and outcome, and their latency": {
+        "envcheck_registry_looks_total", "envcheck_registry_look_seconds_total"},
+    "pulls: count, bytes, seconds by registry and outcome": {
+        "envcheck_registry_pulls_total", "envcheck_registry_pull_bytes_total",
+        "envcheck_registry_pull_seconds_total"},
+    "the image cache: bytes against the budget, evictions, hit ratio": {
+        "envcheck_image_cache_bytes", "envcheck_image_cache_budget_bytes",
+        "envcheck_image_cache_evictions_total", "envcheck_image_cache_hits_total",
+        "envcheck_image_cache_misses_total"},
+    "a registry's rate limit remaining": {"envcheck_registry_rate_remaining"},
 }
 
 plugins.register_default_plugins()

@@ -74,6 +74,7 @@ from envcheck.kinds.base import Services
 from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
 from envcheck.registry.fleet import RegistrySettings, RegistryStage
+from envcheck.registry.stats import StatsSnapshot
 from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
@@ -200,6 +201,7 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
     the full app serves them."""
     from envcheck.api.serving import serve
     from envcheck.metrics import StoreMetrics
+    from envcheck.metrics.images import RegistrySeries
     from envcheck.metrics.own import own_registry
     from envcheck.notify.notifier import Notifier
     from envcheck.store import open_store
@@ -234,7 +236,9 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
                                budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)),
                                outages=outages)
     # before the scheduler starts: the probe counters count from here
-    metrics = StoreMetrics(store, scheduler, registry=own_registry(lambda: lease.held),
+    series = own_registry(lambda: lease.held)
+    series.register(RegistrySeries(partial(_registry_snapshot, registry)))
+    metrics = StoreMetrics(store, scheduler, registry=series,
                            per_environment=config.metrics_series == "environment")
     _install_reload(config.catalogue, scheduler, store)
     if notifier is not None:
@@ -278,6 +282,12 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
         lease.release()
         log.info("daemon stopped")
     return EXIT_LEASE_LOST if lost.is_set() else 0
+
+
+def _registry_snapshot(stage: RegistryStage) -> StatsSnapshot | None:
+    """The registry stage's counters at a scrape; None before a catalogue opened it."""
+    current = stage.current
+    return current.stats.snapshot() if current is not None else None
 
 
 def _take_lease(lease: StoreLease) -> float | None:
