@@ -91,7 +91,8 @@ def _usage(path: list[str], command: Any) -> str:
     for param in command.params:
         if param.param_type_name == "argument":
             value = _value(param)
-            words.append(value if param.required else f"[{value}]")
+            optional = not param.required and not value.startswith("[")
+            words.append(f"[{value}]" if optional else value)
     if hasattr(command, "list_commands"):
         words.append("COMMAND [ARGS]...")
     return " ".join(words)
