@@ -72,10 +72,45 @@ if ((${#wanted[@]})); then
     log "apt-get install ${wanted[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${wanted[@]}" >/dev/null
+    # A package's postinst may start its service (docker-registry's listens on :5000 on every
+    # interface): a policy-rc.d that answers 101 ("action forbidden") keeps every service of
+    # this install stopped. One already there (a container image's) is left as it is.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=""
+    if [[ ! -e $policy ]]; then
+      printf '#!/bin/sh\n# envcheck setup: no service starts during its install\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+      own_policy=1
+    fi
+    install_status=0
+    apt-get install -y -qq "${wanted[@]}" >/dev/null || install_status=$?
+    [[ -z $own_policy ]] || rm -f "$policy"
+    ((install_status == 0)) || die "apt-get install ${wanted[*]} failed ($install_status)"
     summary_apt="apt: installed ${wanted[*]}"
   else
     die "missing system packages: ${wanted[*]} (install them as root: apt-get install ${wanted[*]})"
+  fi
+fi
+# The tests run the registry binary themselves on 127.0.0.1 with their own config: the
+# packaged service (every interface, :5000) stays stopped and disabled, on every run.
+if [[ " ${ENVCHECK_APT_EXTRA:-} " == *" docker-registry "* ]] && pkg_installed docker-registry \
+  && is_root; then
+  if [[ -d /run/systemd/system ]] && systemctl is-active --quiet docker-registry.service; then
+    log "stopping the packaged docker-registry service"
+    systemctl stop docker-registry.service
+  fi
+  if [[ -f /var/run/docker-registry.pid ]]; then
+    start-stop-daemon --stop --quiet --oknodo --pidfile /var/run/docker-registry.pid \
+      --exec /usr/bin/docker-registry
+    rm -f /var/run/docker-registry.pid
+  fi
+  if command -v systemctl >/dev/null 2>&1 \
+    && [[ $(systemctl is-enabled docker-registry.service 2>/dev/null) == enabled ]]; then
+    systemctl disable --quiet docker-registry.service 2>/dev/null || true
+  fi
+  if command -v update-rc.d >/dev/null 2>&1 && compgen -G '/etc/rc[2-5].d/S*docker-registry' >/dev/null
+  then
+    update-rc.d docker-registry disable >/dev/null 2>&1 || true
   fi
 fi
 

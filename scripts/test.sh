@@ -18,9 +18,10 @@ warn() { printf 'test: WARNING: %s\n' "$*" >&2; }
 is_root() { [[ $(id -u) -eq 0 ]]; }
 
 # promtool, Prometheus and Alertmanager for tests/test_alerts.py, Compose v1 for the stack's
-# test, systemd-analyze for the unit's and ip (iproute2) for tests/test_compose_network.py
-# (installed only when missing)
-export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager chromium docker-compose systemd iproute2${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
+# test, systemd-analyze for the unit's, ip (iproute2) for tests/test_compose_network.py and the
+# distribution registry the image tests run on 127.0.0.1 (installed only when missing; its
+# packaged service kept stopped by setup.sh)
+export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager chromium docker-compose systemd iproute2 docker-registry${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
 # the tests cover every extra: the dashboard (streamlit), the Ray executor, Parquet datasets and
 # the documentation site (MkDocs with the Material theme)
 export ENVCHECK_EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard,ray,parquet,docs}"

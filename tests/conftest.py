@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from envcheck.catalogue.loader import load_catalogue
@@ -20,8 +21,11 @@ from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.kinds.collaborators import build_services
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
+from tests.registry_proxy import RegistryProxy
+from tests.registryd import Registry
+from tests.token_issuer import IssuerKey
 
-pytest_plugins = ["tests.backends", "tests.deploy"]
+pytest_plugins = ["tests.backends", "tests.deploy", "tests.pulls"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "probes" / "demo.yaml"
@@ -103,3 +107,52 @@ def cli_env(data_dir: Path) -> dict[str, str]:
     env.pop("ENVCHECK_DATABASE_URL", None)
     env["COLUMNS"] = "200"
     return env
+
+
+# --- the real registry (tests/registryd.py): one process per mode per session ---------------
+@pytest.fixture(scope="session")
+def registry_anonymous() -> Iterator[Registry]:
+    """Debian's docker-registry on 127.0.0.1 without auth."""
+    reg = Registry("anonymous")
+    yield reg
+    reg.close()
+
+
+@pytest.fixture(scope="session")
+def registry_htpasswd() -> Iterator[Registry]:
+    """The registry with basic auth (htpasswd, bcrypt cost 4): ``.user``, ``.password``."""
+    reg = Registry("htpasswd")
+    yield reg
+    reg.close()
+
+
+@pytest.fixture(scope="session")
+def registry_token() -> Iterator[Registry]:
+    """The registry with ``auth: token`` and the tests' issuer (``.issuer``) at its realm."""
+    reg = Registry("token", issuer_key=IssuerKey.generate())
+    yield reg
+    reg.close()
+
+
+@pytest.fixture(scope="session")
+def registry_tls() -> Iterator[Registry]:
+    """The registry without auth over TLS, its certificate signed by a test CA (``ca_file``)."""
+    reg = Registry("anonymous", tls=True)
+    yield reg
+    reg.close()
+
+
+@pytest.fixture
+def registry_proxy(registry_htpasswd: Registry) -> Iterator[RegistryProxy]:
+    """A fault proxy before the basic-auth registry, for one test."""
+    proxy = RegistryProxy(registry_htpasswd.port)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    """docker-py's client of the real engine (pushes to the test registry go through it)."""
+    client = docker.from_env(timeout=120)
+    yield client
+    client.close()

@@ -42,6 +42,8 @@ class SocketProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self._intercept(client):
+                continue
             try:
                 upstream = self._connect()
             except OSError:
@@ -56,6 +58,10 @@ class SocketProxy:
                 self.connections += 1
             for src, dst in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _intercept(self, client: socket.socket) -> bool:
+        """Whether a subclass took ``client`` over (answered it itself): then it is not piped."""
+        return False
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):

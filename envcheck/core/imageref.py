@@ -32,13 +32,11 @@ _ALNUM = r"[a-z0-9]+"
 _SEPARATOR = r"(?:[_.]|__|[-]+)"
 _PATH_COMPONENT = rf"{_ALNUM}(?:{_SEPARATOR}{_ALNUM})*"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
-_DOMAIN = rf"{_HOST}(?::[0-9]+)?"
-_TAG = r"[\w][\w.-]{0,127}"
-_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_REFERENCE = re.compile(
-    rf"^(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
-    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$")
+_PATH = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+_DOMAIN = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+                     r"(?::[0-9]+)?$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_DIGEST = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -92,39 +90,49 @@ class ImageRef:
         return text
 
 
-def _split_domain(name: str) -> tuple[str, str]:
+def _split_domain(name: str) -> tuple[str, str, bool]:
+    """``(domain, path, written)``: ``written`` when the reference names its registry."""
     first, sep, rest = name.partition("/")
     if not sep or ("." not in first and ":" not in first and first != "localhost"):
-        domain, path = DOCKER_HUB, name
-    else:
-        domain, path = first, rest
-    if domain == _LEGACY_HUB:
-        domain = DOCKER_HUB
-    if domain == DOCKER_HUB and "/" not in path:
-        path = f"library/{path}"
-    return domain, path
+        return DOCKER_HUB, name, False
+    return (DOCKER_HUB if first == _LEGACY_HUB else first), rest, True
 
 
 def parse_image_ref(text: str) -> ImageRef:
-    """``text`` parsed and normalised; :class:`ImageRefError` saying why when the engine
-    would refuse it."""
+    """``text`` parsed and normalised; :class:`ImageRefError` saying which part is wrong
+    when the engine would refuse it."""
     if not isinstance(text, str) or not text:
         raise ImageRefError("an image reference cannot be empty")
-    if text != text.strip():
-        raise ImageRefError(f"{text!r} has surrounding whitespace")
-    match = _REFERENCE.match(text)
-    if match is None:
-        if _REFERENCE.match(text.lower()):  # only the case is wrong: tags and hosts may mix it
-            raise ImageRefError(f"{text!r} is not a valid image reference: a repository "
-                                "name must be lowercase")
-        raise ImageRefError(f"{text!r} is not a valid image reference "
-                            "([host[:port]/]name[:tag][@sha256:digest])")
-    name = match.group("name")
+    if any(c.isspace() for c in text):
+        raise ImageRefError(f"{text!r} contains whitespace")
+    if "://" in text:
+        raise ImageRefError(f"{text!r}: an image reference has no scheme (write "
+                            "ghcr.io/org/img, not https://ghcr.io/org/img)")
+    name, at, written_digest = text.partition("@")
+    digest: str | None = written_digest if at else None
+    if digest is None:
+        pass
+    elif not _DIGEST.match(digest):
+        raise ImageRefError(f"{text!r}: {digest!r} is not a digest (sha256:<64 hex digits>)")
+    elif digest.startswith("sha256:") and not _SHA256.match(digest):
+        raise ImageRefError(f"{text!r}: {digest!r} is not a sha256 digest (64 lowercase hex "
+                            "digits)")
+    tag = None
+    if name.rfind(":") > name.rfind("/"):  # a colon after the last slash starts the tag
+        name, _, tag = name.rpartition(":")
+        if not _TAG.match(tag):
+            raise ImageRefError(f"{text!r}: {tag!r} is not a tag (letters, digits, _ . -, at "
+                                "most 128, not starting with . or -)")
+    domain, path, written = _split_domain(name)
+    if written and not _DOMAIN.match(domain):
+        raise ImageRefError(f"{text!r}: {domain!r} is not a registry host[:port]")
+    if not _PATH.match(path):
+        why = ("it must be lowercase" if _PATH.match(path.lower()) else
+               "lowercase letters and digits, separated by . _ __ or -, components joined by /")
+        raise ImageRefError(f"{text!r}: {path!r} is not a repository name ({why})")
     if len(name) > _MAX_NAME:
         raise ImageRefError(f"{text!r}: the repository name is longer than {_MAX_NAME} "
                             "characters")
-    digest = match.group("digest")
-    if digest is not None and digest.startswith("sha256:") and not _SHA256.match(digest):
-        raise ImageRefError(f"{text!r}: a sha256 digest is 64 lowercase hex digits")
-    domain, path = _split_domain(name)
-    return ImageRef(domain=domain, path=path, tag=match.group("tag"), digest=digest)
+    if domain == DOCKER_HUB and "/" not in path:
+        path = f"library/{path}"  # Docker Hub's official images
+    return ImageRef(domain=domain, path=path, tag=tag, digest=digest)

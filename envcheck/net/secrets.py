@@ -24,7 +24,8 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlu
 from envcheck.catalogue.datasources import Auth, SecretRef
 from envcheck.core.errors import SecretUnavailable
 
-__all__ = ["REDACTED", "Redactor", "auth_header", "read_secret", "redact_url", "secrets_in_use"]
+__all__ = ["REDACTED", "Redactor", "auth_header", "read_secret", "read_secret_from", "redact_url",
+           "secrets_in_use"]
 
 REDACTED = "***"
 # A query parameter whose name contains one of these carries a credential.
@@ -37,14 +38,21 @@ _HTTP_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry", "urllib3.respon
 
 def read_secret(auth: SecretRef) -> str:
     """The secret's value, surrounding whitespace dropped; never part of any message."""
-    if auth.env is not None:
-        value = os.environ.get(auth.env, "")
-        where = f"environment variable {auth.env}"
+    return read_secret_from(auth.env, auth.file)
+
+
+def read_secret_from(env: str | None, file: str | None) -> str:
+    """The secret in environment variable ``env`` or else in ``file`` (one of them is set),
+    surrounding whitespace dropped; never part of any message. Every secret the catalogue
+    names (a data source's, a registry's) is read here."""
+    if env is not None:
+        value = os.environ.get(env, "")
+        where = f"environment variable {env}"
     else:
-        assert auth.file is not None  # the model allows exactly one of env and file
-        where = f"secret file {auth.file}"
+        assert file is not None  # the models allow exactly one of env and file
+        where = f"secret file {file}"
         try:
-            value = Path(auth.file).read_text(encoding="utf-8")
+            value = Path(file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise SecretUnavailable(f"cannot read {where}: {why}") from None

@@ -1,0 +1,281 @@
+"""The registry stage's one face to the probes and the scheduler: a local image for a digest.
+
+``LocalImages.ensure(reference, digest, deadline)`` answers with the engine's image id and the
+seconds spent pulling (0 when the engine already had it), composing the ledger, the cache and
+the puller:
+
+1. the engine holds ``repository@digest`` complete: used as is (touched in the ledger when it
+   is envcheck's pull; someone else's image is used but never recorded or evicted);
+2. else its size is asked of the registry's manifest when ``sizes`` can tell: larger than the
+   whole budget is ``error image_cache_full`` before any byte moves; room is made for it
+   (``cache.make_room``) and the pull is an intent in the ledger;
+3. it is pulled by digest to the deadline (``pull.Puller``); a disk that fills mid-pull makes
+   room and tries once more, else ``image_cache_full``;
+4. the ledger records it, and the cache is brought back under its budget (never evicting the
+   image just pulled; one that alone is larger than the budget is removed again and refused).
+
+``prefetch(targets)`` pulls ahead of the probes that will need the images, bounded by how many
+and how many bytes are pulled and not yet used; an image the budget has no room for stops the
+prefetch (the probe's own ``ensure`` then says why).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import docker
+import docker.errors
+import docker.utils
+
+from envcheck.core.errors import EnvcheckError, RegistryFailed
+from envcheck.core.results import Reason
+from envcheck.registry.cache import ImageCache
+from envcheck.registry.engine_failures import engine_calls
+from envcheck.registry.ledger import LedgerEntry
+from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
+from envcheck.registry.usage import footprint
+
+__all__ = ["EXPANSION", "ImageSizes", "LocalImage", "LocalImages"]
+
+log = logging.getLogger("envcheck.registry.images")
+
+# A manifest gives its layers' compressed bytes; on the engine's disk they take about this
+# many times more (gzip on filesystem trees). Room is made for the estimate; the refusal of
+# an image larger than the whole budget uses the compressed bytes alone (a certain bound).
+EXPANSION = 2.0
+
+
+class ImageSizes(Protocol):
+    """The compressed bytes of an image's layers, from its registry's manifest; None when
+    they cannot be learned (the cache then makes room after the pull instead of before)."""
+
+    def size(self, target: PullTarget, deadline: float) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalImage:
+    image_id: str
+    pull_seconds: float  # 0.0 when the engine already held it: apart from the probe's time
+    pulled: bool
+    downloaded: int = 0
+
+
+class LocalImages:
+    def __init__(self, api: docker.APIClient, puller: Puller, cache: ImageCache, *,
+                 sizes: ImageSizes | None = None, prefetch_count: int = 4,
+                 prefetch_bytes: int | None = None, prefetch_threads: int = 2,
+                 prefetch_timeout_s: float = 900.0) -> None:
+        self._api = api
+        self.puller = puller
+        self.cache = cache
+        self.stats = puller.stats
+        self._sizes = sizes
+        self._locks: dict[PullTarget, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        # prefetched and not yet used: target -> bytes it holds (its estimate until pulled)
+        self._ahead: OrderedDict[PullTarget, int] = OrderedDict()
+        self._ahead_lock = threading.Lock()
+        self.prefetch_count = prefetch_count
+        self.prefetch_bytes = prefetch_bytes
+        self._prefetch_timeout_s = prefetch_timeout_s
+        self._pool = ThreadPoolExecutor(max(prefetch_threads, 1),
+                                        thread_name_prefix="envcheck-prefetch")
+
+    # --- on demand ---------------------------------------------------------------------------
+    def ensure(self, reference: str, digest: str | None, deadline: float) -> LocalImage:
+        """The engine's image for ``reference`` (a repository, with or without a tag or
+        digest) at ``digest`` (taken from ``reference`` when it carries one), pulled if
+        missing before ``deadline`` (``time.monotonic()``)."""
+        target = _target(reference, digest)
+        with self._ahead_lock:
+            self._ahead.pop(target, None)  # used now: no longer ahead of its probe
+        with engine_calls(target.reference):
+            return self._ensure(target, deadline, touch=True)
+
+    def _ensure(self, target: PullTarget, deadline: float, *, touch: bool) -> LocalImage:
+        found = self._present(target)
+        if found is not None:
+            self.stats.looked_up(hit=True)
+            return self._used(target, found, touch)
+        with self._lock_for(target):  # two probes of one image: one pulls, the other waits
+            found = self._present(target)
+            if found is not None:
+                self.stats.looked_up(hit=True)
+                return self._used(target, found, touch)
+            self.stats.looked_up(hit=False)
+            return self._pull(target, deadline)
+
+    def _used(self, target: PullTarget, image_id: str, touch: bool) -> LocalImage:
+        if touch and self.cache.ledger.get(target.repository, target.digest) is not None:
+            self.cache.ledger.touch(target.repository, target.digest, datetime.now(UTC))
+        return LocalImage(image_id, 0.0, False)
+
+    def _present(self, target: PullTarget) -> str | None:
+        try:
+            attrs = self._api.inspect_image(target.reference)
+        except docker.errors.NotFound:
+            return None
+        if not holds(attrs, target):
+            return None  # not the complete image under this digest
+        return str(attrs["Id"])
+
+    def _lock_for(self, target: PullTarget) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(target, threading.Lock())
+
+    def _pull(self, target: PullTarget, deadline: float) -> LocalImage:
+        budget = self.cache.budget_bytes
+        compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
+        if compressed is not None and budget is not None and compressed > budget:
+            raise _cache_full(target, f"its layers alone take {compressed} bytes compressed, "
+                              f"more than the whole image cache ({budget} bytes)",
+                              image_bytes=compressed, budget_bytes=budget)
+        need = int(compressed * EXPANSION) if compressed is not None else 0
+        self._room(target, need)
+        ledger = self.cache.ledger
+        ledger.begin(target.repository, target.digest, datetime.now(UTC))
+        try:
+            pulled = self._pull_with_room(target, deadline, need)
+        except BaseException:
+            ledger.abandon(target.repository, target.digest)
+            raise
+        now = datetime.now(UTC)
+        size = int(self._api.inspect_image(pulled.image_id).get("Size") or 0)
+        ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
+                                  now, now))
+        self._trim(target, pulled)
+        return LocalImage(pulled.image_id, pulled.seconds, True, pulled.downloaded)
+
+    def _room(self, target: PullTarget, need: int) -> None:
+        budget = self.cache.budget_bytes
+        if budget is None:
+            return
+        self.cache.make_room(need, keep_ids=self._ahead_ids())
+        used = self.cache.usage()
+        if used + need > budget:
+            raise _cache_full(target, f"the image cache holds {used} bytes of images in use, "
+                              f"pinned or just used, and {need} more do not fit its "
+                              f"{budget} bytes", used_bytes=used, need_bytes=need,
+                              budget_bytes=budget)
+
+    def _pull_with_room(self, target: PullTarget, deadline: float, need: int) -> Pulled:
+        try:
+            return self.puller.pull(target, deadline)
+        except RegistryFailed as exc:
+            if exc.reason is not Reason.IMAGE_CACHE_FULL:
+                raise
+            evicted = self.cache.make_room(need, keep_ids=self._ahead_ids(), at_least=1)
+            log.info("the disk filled mid-pull: room made, trying once more",
+                     extra={"image": target.reference, "evicted": len(evicted)})
+            if not evicted:
+                raise
+            return self.puller.pull(target, deadline)
+
+    def _trim(self, target: PullTarget, pulled: Pulled) -> None:
+        """Back under the budget after the pull; an image that alone passes it is refused."""
+        budget = self.cache.budget_bytes
+        if budget is None:
+            return
+        self.cache.make_room(0, keep_ids={pulled.image_id, *self._ahead_ids()})
+        alone = footprint(self._api, {pulled.image_id}, self.cache.layer_cache).usage()
+        if alone > budget:
+            entry = self.cache.ledger.get(target.repository, target.digest)
+            if entry is not None:
+                self.cache.evict(entry)
+            raise _cache_full(target, f"it takes {alone} bytes on the engine's disk, more than "
+                              f"the whole image cache ({budget} bytes); removed again",
+                              image_bytes=alone, budget_bytes=budget)
+
+    # --- ahead of the probes -----------------------------------------------------------------
+    def prefetch(self, targets: Iterable[PullTarget | tuple[str, str]]
+                 ) -> list[Future[LocalImage | None]]:
+        """Pull ahead, in the order given (soonest due first), while fewer than
+        ``prefetch_count`` prefetched images wait unused and their bytes stay under
+        ``prefetch_bytes``. What is already on the engine or already ahead is skipped."""
+        futures: list[Future[LocalImage | None]] = []
+        for item in targets:
+            target = item if isinstance(item, PullTarget) else PullTarget(*item)
+            with self._ahead_lock:
+                if target in self._ahead:
+                    continue
+                if len(self._ahead) >= self.prefetch_count:
+                    break
+                ahead_bytes = sum(self._ahead.values())
+            with engine_calls(target.reference):
+                if self._present(target) is not None:
+                    continue
+            deadline = time.monotonic() + self._prefetch_timeout_s
+            estimate = self._estimate(target, deadline)
+            if self.prefetch_bytes is not None and ahead_bytes + estimate > self.prefetch_bytes:
+                break
+            with self._ahead_lock:
+                self._ahead[target] = estimate
+            futures.append(self._pool.submit(self._prefetch_one, target, deadline))
+        return futures
+
+    def _estimate(self, target: PullTarget, deadline: float) -> int:
+        compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
+        return int(compressed * EXPANSION) if compressed is not None else 0
+
+    def _prefetch_one(self, target: PullTarget, deadline: float) -> LocalImage | None:
+        try:
+            with engine_calls(target.reference):
+                local = self._ensure(target, deadline, touch=False)
+        except EnvcheckError as exc:  # the probe's own ensure reports it; here it is a note
+            with self._ahead_lock:
+                self._ahead.pop(target, None)
+            log.info("prefetch failed", extra={"image": target.reference, "error": str(exc)})
+            return None
+        with self._ahead_lock:
+            if target in self._ahead:  # what it holds now, in place of the estimate
+                self._ahead[target] = self._size_of(local.image_id)
+        return local
+
+    def _size_of(self, image_id: str) -> int:
+        try:
+            return int(self._api.inspect_image(image_id).get("Size") or 0)
+        except docker.errors.DockerException:
+            return 0
+
+    def _ahead_ids(self) -> set[str]:
+        with self._ahead_lock:
+            targets = list(self._ahead)
+        ids = set()
+        for target in targets:
+            found = self._present(target)
+            if found is not None:
+                ids.add(found)
+        return ids
+
+    @property
+    def ahead(self) -> list[PullTarget]:
+        with self._ahead_lock:
+            return list(self._ahead)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _target(reference: str, digest: str | None) -> PullTarget:
+    name, _, carried = reference.partition("@")
+    repository, _tag = docker.utils.parse_repository_tag(name)
+    chosen = digest or carried
+    if not chosen:
+        raise ValueError(f"{reference!r}: a pull needs a digest (never a moving tag)")
+    if carried and digest and carried != digest:
+        raise ValueError(f"{reference!r} carries {carried}, not {digest}")
+    return PullTarget(repository, chosen)
+
+
+def _cache_full(target: PullTarget, why: str, **details: object) -> RegistryFailed:
+    return RegistryFailed(f"{target.reference} does not fit the image cache: {why}",
+                          reason=Reason.IMAGE_CACHE_FULL, registry=target.registry,
+                          details={"reference": target.reference, **details})
