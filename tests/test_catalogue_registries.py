@@ -106,7 +106,7 @@ def test_pull_defaults_to_never_and_a_suite_can_watch(tmp_path: Path) -> None:
           s:
             environments: [{id: a, image: "img:v1"}]
         """, "offline.yaml")]).environment("a")
-    assert (offline.pull, offline.keep, offline.schedules.watch) == ("never", False, 300.0)
+    assert (offline.pull, offline.keep, offline.schedules.image) == ("never", False, 300.0)
     watched = load_catalogue([write(tmp_path, suite(
         "127.0.0.1:5000/ns/img:v1"), "watched.yaml")]).environment("a")
     assert watched.pull == "watch"
@@ -117,11 +117,11 @@ def test_keep_and_watch_interval_are_read(tmp_path: Path) -> None:
         version: 1
         suites:
           s:
-            defaults: {pull: watch, schedules: {watch: 10m}}
+            defaults: {pull: watch, schedules: {image: 10m}}
             environments:
               - {id: a, image: "ghcr.io/org/img:v1", keep: true}
         """)]).environment("a")
-    assert (env.keep, env.schedules.watch) == (True, 600.0)
+    assert (env.keep, env.schedules.image) == (True, 600.0)
 
 
 def test_an_unknown_pull_mode_is_refused(tmp_path: Path) -> None:

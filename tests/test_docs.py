@@ -116,10 +116,18 @@ def catalogue_examples() -> list[Any]:
     return found
 
 
-def materialise_datasets(example: str, folder: Path) -> None:
-    """The files the example's datasets name, from the demo's: instance records for a
-    SWE-bench-style entry, a Harbor task folder for a Harbor entry."""
-    for entry in yaml.safe_load(example).get("datasets", []):
+def materialise(example: str, folder: Path) -> str:
+    """The files the example names, made in ``folder``: its datasets' from the demo's
+    (instance records for a SWE-bench-style entry, a Harbor task folder for a Harbor entry), and
+    its registries' secret files, which move into ``folder``; the example as it then reads."""
+    doc = yaml.safe_load(example)
+    for i, registry in enumerate(doc.get("registries", [])):
+        secret = (registry.get("password") or {}).get("file")
+        if secret:
+            made = folder / f"secret-{i}"
+            made.write_text("hunter2\n", encoding="utf-8")
+            example = example.replace(f"file: {secret}", f"file: {made}")
+    for entry in doc.get("datasets", []):
         target = folder / entry["path"]
         if entry["format"] == "swebench":
             records = ROOT / "probes" / "datasets" / "swe-demo.jsonl"
@@ -132,6 +140,7 @@ def materialise_datasets(example: str, folder: Path) -> None:
         else:
             shutil.copytree(ROOT / "probes" / "harbor" / "hello-world",
                             target / "hello-world", dirs_exist_ok=True)
+    return example
 
 
 def test_the_site_has_catalogue_examples() -> None:
@@ -142,9 +151,8 @@ def test_the_site_has_catalogue_examples() -> None:
 @pytest.mark.parametrize("example", catalogue_examples())
 def test_every_catalogue_example_validates(example: str, tmp_path: Path) -> None:
     jsonschema.Draft202012Validator(catalogue_schema()).validate(yaml.safe_load(example))
-    materialise_datasets(example, tmp_path)
     path = tmp_path / "catalogue.yaml"
-    path.write_text(example, encoding="utf-8")
+    path.write_text(materialise(example, tmp_path), encoding="utf-8")
     catalogue = load_catalogue([path])
     assert catalogue.environments
 

@@ -65,7 +65,7 @@ class Schedules(CatalogueModel):
     dependencies: Schedule | None = 3600.0
     tests: Schedule | None = 21600.0
     datasource: Schedule | None = 300.0
-    watch: Schedule | None = Field(300.0, description=(
+    image: Schedule | None = Field(300.0, description=(
         "how often a watched image's tag is looked up in its registry (pull: watch): one "
         "HEAD, no pull, no container"))
     jitter_s: float = Field(30.0, ge=0)
@@ -154,8 +154,14 @@ class Environment(EnvironmentEntry):
         Catalogue data, so the scheduler, the feed and the metrics agree without a probe."""
         declared = {ProbeKind.TERMINAL: True, ProbeKind.DEPENDENCIES: self.dependencies is not None,
                     ProbeKind.TESTS: self.tests is not None or self.harbor is not None,
-                    ProbeKind.DATASOURCE: bool(self.data_sources)}
+                    ProbeKind.DATASOURCE: bool(self.data_sources),
+                    ProbeKind.IMAGE: self.watched()}
         return [kind for kind in ProbeKind if declared.get(kind, False)]
+
+    def watched(self) -> bool:
+        """Its image's tag is followed in its registry (``pull: watch``); an image named by
+        digest cannot move, so it is pulled when needed but never watched."""
+        return self.pull == "watch" and "@" not in self.image
 
     def adversarial(self) -> Adversarial | None:
         """The adversarial controls its tests probe plays, if it declares any (its ``tests:``
@@ -198,6 +204,7 @@ _SPEC_FIELDS: dict[ProbeKind, set[str]] = {
     ProbeKind.DEPENDENCIES: _BASE_FIELDS | {"dependencies"},
     ProbeKind.TESTS: _BASE_FIELDS | {"tests"},
     ProbeKind.DATASOURCE: {"data_sources", "data_sources_in_sandbox"},
+    ProbeKind.IMAGE: {"image"},
 }
 
 

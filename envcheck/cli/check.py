@@ -26,15 +26,18 @@ from envcheck.cli.common import (
     CataloguePaths,
     Database,
     Executor,
+    ImageCache,
     RayAddress,
+    config_error_exit,
     err,
+    image_cache_or_exit,
     load_or_exit,
     open_store_or_exit,
     out,
 )
 from envcheck.cli.reports import Annotate, CiReports, JunitFile, SummaryFile
 from envcheck.core.clock import SYSTEM_CLOCK
-from envcheck.core.errors import StoreError
+from envcheck.core.errors import ConfigError, StoreError
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
 from envcheck.executors.kind import ExecutorKind
 
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from envcheck.catalogue.origins import Origins
     from envcheck.executors.base import ExecutorConfig
     from envcheck.executors.cycle import ResultSink, Services
+    from envcheck.registry.fleet import RegistryImages
     from envcheck.store import Store
     from envcheck.store.pending import PendingWrites
 
@@ -149,6 +153,7 @@ def check(
     database: Database = None,
     executor: Executor = ExecutorKind.LOCAL,
     ray_address: RayAddress = None,
+    image_cache: ImageCache = None,
 ) -> None:
     """Run one check cycle now, store the results and print them.
 
@@ -171,6 +176,7 @@ def check(
     from envcheck.store.pending import PendingWrites, store_reason
 
     config = ExecutorConfig.parse(executor, concurrency=concurrency, ray_address=ray_address)
+    budget = image_cache_or_exit(image_cache)
     reports = CiReports.from_options(junit, summary, annotations)
     origins, started = Origins(), SYSTEM_CLOCK.now()
     catalogue = load_or_exit(paths, origins, annotate=reports.annotate)
@@ -198,9 +204,11 @@ def check(
         def record(result: ProbeResult) -> None:
             writes.record(run_id, result)
 
+        registry = _registry(catalogue, budget)
         try:
             results = _run(envs, kinds, run_id, record, config, as_json,
-                           build_services(catalogue, store, StoreDepth(store).advice), store)
+                           build_services(catalogue, store, StoreDepth(store).advice,
+                                          registry=registry), store)
         except KeyboardInterrupt:
             writes.interrupt_run(run_id)
             writes.flush()  # once: the user asked to stop, not to wait
@@ -209,12 +217,30 @@ def check(
                 err.print(f"[red]error[/red] {escape(_unrecorded(writes, None))}",
                           highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
+        finally:
+            if registry is not None:
+                registry.close()
         problem = _settle(writes, run_id, envs, results, before)
     _print_summary(err if as_json else out, results)
     _report(reports, results, envs, origins, started, preface, as_json)
     if problem is not None:
         _fail(problem)
     raise typer.Exit(exit_code(results))
+
+
+def _registry(catalogue: Catalogue, budget: str | None) -> RegistryImages | None:
+    """The registry stage, if the catalogue has images envcheck pulls (``pull: watch``)."""
+    from docker.errors import DockerException
+
+    from envcheck.registry.fleet import RegistryImages, RegistrySettings
+    from envcheck.store.urls import data_dir
+
+    try:
+        return RegistryImages.for_catalogue(catalogue, RegistrySettings(data_dir(), budget))
+    except ConfigError as exc:
+        raise config_error_exit(exc) from None
+    except DockerException as exc:
+        _fail(f"the Docker engine did not answer: {exc}")
 
 
 def _changed(paths: Sequence[Path], catalogue: Catalogue, ref: str,

@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from envcheck.store.direct import DirectReader
 
 __all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "KEEP", "CataloguePaths",
-           "Database", "Executor", "KeepDaily", "KeepFailures", "KeepHourly", "KeepPasses",
-           "RayAddress", "config_error_exit", "err", "exit_on_store_error", "load_or_exit",
-           "open_feed_or_exit", "open_store_or_exit", "out", "retention_or_exit",
-           "store_url_or_exit"]
+           "Database", "Executor", "ImageCache", "KeepDaily", "KeepFailures", "KeepHourly",
+           "KeepPasses", "RayAddress", "config_error_exit", "err", "exit_on_store_error",
+           "image_cache_or_exit", "load_or_exit", "open_feed_or_exit", "open_store_or_exit",
+           "out", "retention_or_exit", "store_url_or_exit"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -47,6 +47,12 @@ Executor = Annotated[ExecutorKind, typer.Option(
 RayAddress = Annotated[str | None, typer.Option(
     envvar="ENVCHECK_RAY_ADDRESS", help="with --executor ray: the cluster's host:port "
     "(default: RAY_ADDRESS, else the cluster started on this host)")]
+# The budget of the images envcheck pulls (pull: watch): envcheck.registry.cache.BUDGET_ENV.
+ImageCache = Annotated[str | None, typer.Option(
+    "--image-cache", envvar="ENVCHECK_IMAGE_CACHE", metavar="SIZE",
+    help="bytes the images envcheck pulls may take on the engine's disk: 20GiB, 500MB, or a "
+    "share of the disk, 30%; its least recently used pulls are removed to stay under it "
+    "(default: no budget)")]
 
 # How long the store keeps what (envcheck store prune, and the daemon's hourly prune).
 KEEP = Retention()  # the defaults
@@ -117,6 +123,19 @@ def store_url_or_exit(url: str | None) -> str:
         return url or default_database_url()
     except ConfigError as exc:
         raise config_error_exit(exc) from None
+
+
+def image_cache_or_exit(budget: str | None) -> str | None:
+    """``budget`` checked now: bad input exits 2 before anything starts."""
+    if budget is None:
+        return None
+    from envcheck.registry.cache import parse_budget
+
+    try:
+        parse_budget(budget)
+    except ConfigError as exc:
+        raise config_error_exit(exc) from None
+    return budget
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from envcheck.cli.common import (
     CataloguePaths,
     Database,
     Executor,
+    ImageCache,
     KeepDaily,
     KeepFailures,
     KeepHourly,
@@ -28,6 +29,7 @@ from envcheck.cli.common import (
     RayAddress,
     config_error_exit,
     err,
+    image_cache_or_exit,
     load_or_exit,
     retention_or_exit,
     store_url_or_exit,
@@ -102,6 +104,7 @@ def daemon(
         help="one terminal probe in full this often measures the host's container start and "
         "shell latency while the fleet's terminal evidence is reused (0: never)")
     ] = DEFAULT_HOST_SAMPLE_S,
+    image_cache: ImageCache = None,
     standby: Annotated[bool, typer.Option(
         "--standby", envvar="ENVCHECK_STANDBY", help="another daemon holds the store: wait, "
         "and take over when it stops or dies (default: exit 2 naming it)")] = False,
@@ -179,7 +182,8 @@ def daemon(
                           retention=retention, prune_every_s=prune_every,
                           metrics_series=metrics_series, budget_s=budget,
                           suite_budgets=suite_budgets, standby=standby, rollouts=rollouts,
-                          host_sample_s=host_sample_every or None)
+                          host_sample_s=host_sample_every or None,
+                          image_cache=image_cache_or_exit(image_cache))
     try:
         code = run_daemon(config, catalogue)
     except LeaseHeld as exc:  # refused: another daemon writes this store

@@ -32,6 +32,7 @@ class ProbeKind(StrEnum):
     DEPENDENCIES = "dependencies"
     TESTS = "tests"
     DATASOURCE = "datasource"
+    IMAGE = "image"  # a watched image's tag in its registry (pull: watch)
 
 
 class Status(StrEnum):

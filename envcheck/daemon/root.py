@@ -72,12 +72,13 @@ from envcheck.health.rollouts import RolloutPolicy
 from envcheck.kinds.base import Services
 from envcheck.kinds.collaborators import build_services
 from envcheck.notify.config import WebhookConfig
+from envcheck.registry.fleet import RegistrySettings, RegistryStage
 from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.scheduler import ProbeScheduler
 from envcheck.store import Store
 from envcheck.store.lease import StoreLease
 from envcheck.store.retention import Retention
-from envcheck.store.urls import default_database_url
+from envcheck.store.urls import data_dir, default_database_url
 
 if TYPE_CHECKING:
     from socket import socket
@@ -122,6 +123,7 @@ class DaemonConfig:
     rollouts: RolloutPolicy = field(default_factory=RolloutPolicy)  # how rollouts are judged
     # one full terminal probe this often measures the host (None: never; feed.reuse)
     host_sample_s: float | None = DEFAULT_HOST_SAMPLE_S
+    image_cache: str | None = None  # the budget of the images envcheck pulls (None: none)
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
@@ -216,6 +218,8 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
     notifier = Notifier(store, config.webhooks, external_url=config.external_url
                         or f"http://{config.host}:{config.port}",
                         outages=outages) if config.webhooks else None
+    # the images envcheck pulls (pull: watch): their tags watched, pulled under the budget
+    registry = RegistryStage(RegistrySettings(data_dir(), image_cache=config.image_cache))
     # Ray: one waiting thread per docker slot of the cluster; Ray places and bounds the work
     concurrency = max(config.concurrency, executor.capacity())
     assessment = StoreAssessment(store, looks=RolloutLooks(store, config.rollouts))
@@ -223,7 +227,7 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
                                per_image=config.per_image, window_s=config.window_s,
                                services=partial(_services,
                                                 samples=HostSamples(config.host_sample_s),
-                                                outages=outages),
+                                                outages=outages, registry=registry),
                                assessment=assessment,
                                on_cycle=notifier.wake if notifier is not None else None,
                                budget=BudgetLimits(config.budget_s, dict(config.suite_budgets)),
@@ -268,6 +272,7 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
         if notifier is not None:  # after the scheduler: its last window may alert too
             notifier.stop(config.notify_flush_s * keep)
         executor.close()
+        registry.close()
         store.close()
         lease.release()
         log.info("daemon stopped")
@@ -322,11 +327,13 @@ def _settle() -> None:
 
 
 def _services(catalogue: Catalogue, store: Store, samples: HostSamples,
-              outages: StoreOutages) -> Services:
+              outages: StoreOutages, registry: RegistryStage) -> Services:
     """The probes' collaborators, with the depth and reuse advice from the store's
-    evidence (``samples`` outlives a reload: the host's sampling keeps its pace)."""
+    evidence (``samples`` and ``registry`` outlive a reload: the host's sampling keeps its
+    pace, the watch its looks)."""
     return build_services(catalogue, store, StoreDepth(store).advice,
-                          StoreReuse(store, samples=samples).advice, outages)
+                          StoreReuse(store, samples=samples).advice, outages,
+                          registry.for_catalogue(catalogue))
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:

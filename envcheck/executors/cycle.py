@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 
 from envcheck.catalogue.models import Environment
-from envcheck.core.errors import InfraError
+from envcheck.core.errors import InfraError, RegistryFailed
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds import ProbeContext, Verdict, load_probe
 from envcheck.kinds.base import Services
@@ -62,7 +62,9 @@ def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: San
             # An image built from the environment's own context is built first (a cache hit
             # when unchanged): its digest exists only then.
             prepare_image(ctx)
-            if ctx.blocked is None:
+            if ctx.blocked is None and env.pull == "watch":
+                _registry_identity(ctx, kinds)
+            elif ctx.blocked is None:
                 ctx.image_digest = runtime.image_digest(ctx.env.image)
         except InfraError as exc:
             for result in _infra_results(env, kinds, exc):
@@ -71,6 +73,29 @@ def check_environment(env: Environment, kinds: Sequence[ProbeKind], runtime: San
         for kind in kinds:
             emit(load_probe(kind).run(ctx))
     return results
+
+
+def _registry_identity(ctx: ProbeContext, kinds: Sequence[ProbeKind]) -> None:
+    """A pulled image's identity is its registry's digest: the tag's (looked up afresh for an
+    ``image`` probe, else the watch's last look within its interval), or the one the
+    reference pins. A look that gives none blocks every kind with what it says."""
+    from envcheck.kinds.image import watch_verdict
+    from envcheck.registry.fleet import RegistryImages
+    from envcheck.registry.reference import ImageReference
+
+    pinned = ImageReference.parse(ctx.env.image).digest
+    if pinned is not None:
+        ctx.image_digest = pinned
+        return
+    registry = ctx.service(RegistryImages)
+    if registry is None:
+        raise RegistryFailed(f"{ctx.env.image}: no registry stage in this process, nothing "
+                             "looks its tag up", reason=Reason.REGISTRY_UNREACHABLE)
+    ctx.watch = registry.identity(ctx.env, fresh=ProbeKind.IMAGE in kinds)
+    if ctx.watch.look is not None:
+        ctx.image_digest = ctx.watch.look.digest
+    else:
+        ctx.blocked = watch_verdict(ctx.env.image, ctx.watch)
 
 
 def run_cycle(envs: Sequence[Environment], kinds: Sequence[ProbeKind], runtime: SandboxRuntime,

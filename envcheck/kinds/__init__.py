@@ -19,6 +19,7 @@ KINDS: dict[str, str] = {
     ProbeKind.DEPENDENCIES: "envcheck.kinds.dependencies.probe:DependenciesProbe",
     ProbeKind.TESTS: "envcheck.kinds.testvalidity.probe:TestsProbe",
     ProbeKind.DATASOURCE: "envcheck.kinds.datasource.probe:DatasourceProbe",
+    ProbeKind.IMAGE: "envcheck.kinds.image:ImageProbe",
 }
 
 

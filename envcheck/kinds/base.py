@@ -17,10 +17,20 @@ from typing import Any, ClassVar, TypeVar
 from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK, Clock
 from envcheck.core.depth import Depth, DepthAdvice
-from envcheck.core.errors import ComposeFailed, InfraError, SandboxStartFailed, StoreUnavailable
+from envcheck.core.errors import (
+    ComposeFailed,
+    ImageNotFound,
+    InfraError,
+    RegistryFailed,
+    SandboxStartFailed,
+    StoreUnavailable,
+)
 from envcheck.core.outages import StoreOutages
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds.reuse import ReuseAdvisor, with_depth
+from envcheck.registry.fleet import RegistryImages
+from envcheck.registry.images import LocalImage
+from envcheck.registry.state import WatchUpdate
 from envcheck.sandbox.base import Sandbox, SandboxRuntime, SandboxSpec
 from envcheck.sandbox.compose_project import ComposedTask
 
@@ -68,6 +78,11 @@ class ProbeContext:
         self.blocked: Verdict | None = None
         # The reuse advice of the probe running now (a reusable kind with an advisor only).
         self.advice: DepthAdvice | None = None
+        # A watched image (``pull: watch``): what its registry said of its tag this cycle,
+        # and the image pulled by digest, once a probe asked for a container.
+        self.watch: WatchUpdate | None = None
+        self._local: LocalImage | None = None
+        self.pull_seconds = 0.0  # spent pulling, kept apart from the probes' own durations
 
     def service(self, cls: type[T]) -> T | None:
         """A collaborator the composition root injected for the cycle, by type (e.g. the
@@ -80,8 +95,35 @@ class ProbeContext:
         self._services[type(obj)] = obj
 
     def spec(self) -> SandboxSpec:
-        return SandboxSpec(env_id=self.env.id, image=self.env.image, run_id=self.run_id,
+        return SandboxSpec(env_id=self.env.id, image=self.image_to_run(), run_id=self.run_id,
                            limits=self.env.limits, start_timeout_s=self.env.timeouts.start_s)
+
+    def image_to_run(self) -> str:
+        """The image a sandbox runs: the catalogue's, or for an image envcheck pulls
+        (``pull: watch``) the digest this cycle's identity names, pulled the first time a
+        probe needs a container (a probe that reuses its evidence pulls nothing)."""
+        if self.env.pull != "watch":
+            return self.env.image
+        if self._local is None:
+            registry = self.service(RegistryImages)
+            if registry is None or self.image_digest is None:
+                raise RegistryFailed(f"{self.env.image}: no registry stage in this process, "
+                                     "nothing pulls it", reason=Reason.REGISTRY_UNREACHABLE)
+            self._local = registry.local(self.env, self.image_digest)
+            self.pull_seconds += self._local.pull_seconds
+        return self._local.image_id
+
+    def image_record(self) -> dict[str, Any] | None:
+        """What a result of a pulled image says of it: the local image id beside the
+        registry's digest, and the pull."""
+        if self.env.pull != "watch":
+            return None
+        record: dict[str, Any] = {"reference": self.env.image, "digest": self.image_digest}
+        if self._local is not None:
+            record.update(local_id=self._local.image_id, pulled=self._local.pulled,
+                          pull_s=round(self._local.pull_seconds, 3),
+                          pull_bytes=self._local.downloaded)
+        return record
 
     def sandbox(self) -> Sandbox:
         if self._shared is None:
@@ -135,6 +177,7 @@ class Probe(ABC):
         # The start is taken before the check and carried into the result: a result is made
         # when the probe ends, so any clock read there would be its end, not its start.
         started_at, started = ctx.clock.now(), ctx.clock.monotonic()
+        pulled_before = ctx.pull_seconds
         outages, part = ctx.service(StoreOutages) or _OUTAGES, f"{self.kind} probes"
         try:
             if not self.applies(ctx.env):
@@ -149,6 +192,12 @@ class Probe(ABC):
                               f"container did not start: {exc}")
         except ComposeFailed as exc:
             verdict = compose_failed(exc, ctx.env.id)
+        except RegistryFailed as exc:
+            verdict = Verdict(Status.ERROR, exc.reason, str(exc),
+                              {"registry": exc.details or {"registry": exc.registry}})
+        except ImageNotFound as exc:  # on one pull: only the watch's second look confirms it
+            verdict = Verdict(Status.ERROR, Reason.IMAGE_NOT_FOUND,
+                              f"{exc} (one answer: not yet confirmed)", {"registry": exc.details})
         except InfraError as exc:
             verdict = Verdict(Status.ERROR, exc.reason, str(exc))
         except MemoryError:
@@ -165,8 +214,13 @@ class Probe(ABC):
             outages.ran(part)
         if self.uses_engine and verdict.status in (Status.FAIL, Status.FLAKY):
             verdict = self._confirm_engine(ctx, verdict)
-        return self.result(ctx.env, verdict, ctx.clock.monotonic() - started, ctx.image_digest,
-                           started_at=started_at)
+        image = ctx.image_record()
+        if image is not None:
+            verdict = replace(verdict, details={**verdict.details, "image": image})
+        # a slow registry is not a slow environment: the pull's seconds are the record's
+        pulling = ctx.pull_seconds - pulled_before
+        return self.result(ctx.env, verdict, ctx.clock.monotonic() - started - pulling,
+                           ctx.image_digest, started_at=started_at)
 
     def _checked(self, ctx: ProbeContext) -> Verdict:
         """``check``, unless the evidence for the identity found stands (no container)."""

@@ -18,6 +18,7 @@ from envcheck.kinds.base import Services
 from envcheck.kinds.datasource.sampling import ShapeStore
 from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
+from envcheck.registry.fleet import RegistryImages
 
 __all__ = ["build_services"]
 
@@ -25,13 +26,15 @@ __all__ = ["build_services"]
 def build_services(catalogue: Catalogue, shapes: ShapeStore,
                    depth: Callable[[Environment], DepthAdvice | None] | None = None,
                    reuse: Callable[[Environment, ProbeKind], DepthAdvice | None] | None = None,
-                   outages: StoreOutages | None = None) -> Services:
+                   outages: StoreOutages | None = None,
+                   registry: RegistryImages | None = None) -> Services:
     """``shapes``: where data-source fingerprints are kept (the result store); a store that
     also keeps earlier results lets the adversarial controls reuse their evidence.
     ``depth``: the depth advice for an environment's tests probe (``feed.depth.StoreDepth``);
     without it every tests probe validates in full. ``reuse``: whether a terminal or
     dependencies probe may stand on its evidence (``feed.reuse.StoreReuse``); without it
-    every such probe starts a container. ``outages``: where the parts that read the store
+    every such probe starts a container. ``registry``: the registry stage, for the images
+    envcheck pulls (``pull: watch``). ``outages``: where the parts that read the store
     say, once per outage, that it is unavailable (the probes find it too)."""
     from envcheck.kinds.datasource.probe import DataSourceChecker
 
@@ -45,4 +48,6 @@ def build_services(catalogue: Catalogue, shapes: ShapeStore,
         services[DepthAdvisor] = DepthAdvisor(depth, outages)
     if reuse is not None:
         services[ReuseAdvisor] = ReuseAdvisor(reuse, outages)
+    if registry is not None:  # the images envcheck pulls: their tags' digests and pulls
+        services[RegistryImages] = registry
     return services

@@ -80,10 +80,12 @@ ANONYMOUS = Credentials()
 @dataclass(frozen=True, slots=True)
 class CredentialSource:
     """One registry's credentials named by the catalogue: an environment variable or a secret
-    file (exactly one) holding ``user:password``."""
+    file (exactly one) holding the password of ``username``, or ``user:password`` when the
+    catalogue names no user."""
 
     env: str | None = None
     file: str | None = None
+    username: str | None = None
 
     def __post_init__(self) -> None:
         if (self.env is None) == (self.file is None):
@@ -108,6 +110,8 @@ class CredentialSource:
         """Raises ``SecretUnavailable`` (unset, empty, unreadable) or ValueError (not
         ``user:password``); neither message holds the value."""
         value = read_secret_from(self.env, self.file)
+        if self.username is not None:
+            return Credentials(self.username, value, source=self.describe())
         user, sep, password = value.partition(":")
         if not sep or not user or not password:
             raise ValueError(f"{self.describe()} must hold user:password")
@@ -191,6 +195,12 @@ class RegistryCredentials:
         with self._lock:
             self._cache[registry] = (now, found)
         return found
+
+    def replace_sources(self, sources: Mapping[str, CredentialSource]) -> None:
+        """The catalogue's sources after a reload; what was read from the old ones is dropped."""
+        with self._lock:
+            self._sources = dict(sources)
+            self._cache.clear()
 
     def forget(self, registry: str) -> None:
         """Read them again at the next look (after the registry refused them)."""

@@ -1,5 +1,6 @@
-"""What the puller and the image cache did, as counters the metrics read: pulls by registry
-and outcome, their bytes and seconds, the cache's bytes, budget, evictions and hits.
+"""What the tag watch, the puller and the image cache did, as counters the metrics read: tag
+looks by registry and outcome and their seconds, the registry's remaining rate limit, pulls by
+registry and outcome, their bytes and seconds, the cache's bytes, budget, evictions and hits.
 
 Counters only grow (the metrics turn them into rates); gauges hold the last value seen. One
 lock guards them all: updates are a few additions, never a call out.
@@ -31,6 +32,9 @@ class StatsSnapshot:
     evicted_bytes: int
     hits: int  # ensure() found the image on the engine
     misses: int  # ensure() had to pull
+    looks: dict[tuple[str, str], int] = field(default_factory=dict)  # (registry, outcome)
+    look_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    rate_remaining: dict[str, int] = field(default_factory=dict)  # registry -> last said
 
 
 @dataclass
@@ -46,6 +50,19 @@ class RegistryStats:
     _evicted_bytes: int = 0
     _hits: int = 0
     _misses: int = 0
+    _looks: Counter[tuple[str, str]] = field(default_factory=Counter)
+    _look_seconds: defaultdict[tuple[str, str], float] = field(
+        default_factory=lambda: defaultdict(float))
+    _rate_remaining: dict[str, int] = field(default_factory=dict)
+
+    def looked(self, registry: str, outcome: str, seconds: float,
+               rate_remaining: int | None = None) -> None:
+        """One tag look ended (``outcome``: ``ok`` or a registry reason's value)."""
+        with self._lock:
+            self._looks[(registry, outcome)] += 1
+            self._look_seconds[(registry, outcome)] += seconds
+            if rate_remaining is not None:
+                self._rate_remaining[registry] = rate_remaining
 
     def pulled(self, registry: str, outcome: str, seconds: float, downloaded: int) -> None:
         """One pull attempt ended (``outcome``: ``ok``, ``timeout`` or a reason's value)."""
@@ -77,4 +94,6 @@ class RegistryStats:
                 pulls=dict(self._pulls), pull_seconds=dict(self._pull_seconds),
                 pull_bytes=dict(self._pull_bytes), cache_bytes=self._cache_bytes,
                 budget_bytes=self._budget_bytes, evictions=self._evictions,
-                evicted_bytes=self._evicted_bytes, hits=self._hits, misses=self._misses)
+                evicted_bytes=self._evicted_bytes, hits=self._hits, misses=self._misses,
+                looks=dict(self._looks), look_seconds=dict(self._look_seconds),
+                rate_remaining=dict(self._rate_remaining))

@@ -1,0 +1,236 @@
+"""The registry stage as the probes and the scheduler meet it: one object per process
+(``RegistryImages``) holding the tag watch with each watched environment's last look, the
+credentials, and the image cache under its budget.
+
+- ``identity(env)``: which image the environment's tag names now, for the engine's platform:
+  the last look while it is younger than the environment's watch interval (``schedules.image``),
+  else one new look (one ``HEAD`` for an unchanged tag). The ``image`` probe kind asks for a new
+  look every time; the other kinds take the watch's digest, so they pull and check the digest the
+  watch saw, never whatever the tag names by the time the engine asks.
+- ``local(env, digest)``: the engine's image for that digest, pulled on demand under the budget.
+- ``prefetch(pairs)``: pull ahead what the scheduler will run next.
+
+It fetches and remembers; which verdict a look makes is ``kinds.image``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.utils
+
+from envcheck.catalogue.models import Catalogue, Environment
+from envcheck.catalogue.registries import RegistryCredentials as CatalogueCredentials
+from envcheck.core.clock import SYSTEM_CLOCK, Clock
+from envcheck.core.errors import RegistryFailed
+from envcheck.registry.cache import ImageCache, parse_budget, reconcile
+from envcheck.registry.credentials import CredentialSource, RegistryCredentials
+from envcheck.registry.images import LocalImage, LocalImages
+from envcheck.registry.ledger import SqliteLedger, ledger_path
+from envcheck.registry.outcomes import RegistryFailure, TagLook
+from envcheck.registry.pull import Puller, PullTarget, credentials_from
+from envcheck.registry.reference import ImageReference
+from envcheck.registry.sizes import ManifestSizes
+from envcheck.registry.state import Change, RegistryBackoff, TagWatchState, WatchUpdate
+from envcheck.registry.stats import RegistryStats
+from envcheck.registry.watch import TagWatcher, WatchSettings
+
+__all__ = ["RegistryImages", "RegistrySettings", "RegistryStage", "catalogue_sources"]
+
+log = logging.getLogger("envcheck.registry")
+ENGINE_TIMEOUT_S = 60.0  # each engine call of the stage; a pull has its own deadline
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySettings:
+    data_dir: Path  # the ledger lives under it, one file per engine
+    image_cache: str | None = None  # the budget: "20GiB", "30%"; None: no budget
+    docker_config: str | None = None  # a config.json; None: the Docker CLI's own lookup
+    look_deadline_s: float = 30.0
+    pull_deadline_s: float = 1800.0
+    certs_dir: Path | None = None  # the engine's CA files per registry (tests: their own)
+
+
+def catalogue_sources(registries: Iterable[CatalogueCredentials]) -> dict[str, CredentialSource]:
+    """The catalogue's credentials per registry, as the stage reads them."""
+    return {r.host: CredentialSource(env=r.password.env, file=r.password.file,
+                                     username=r.username) for r in registries}
+
+
+class RegistryImages:
+    """One per process: thread-safe."""
+
+    def __init__(self, watcher: TagWatcher, credentials: RegistryCredentials,
+                 images: LocalImages | None, *, clock: Clock = SYSTEM_CLOCK,
+                 pull_deadline_s: float = 1800.0, pins: _Pins | None = None) -> None:
+        self.watcher = watcher
+        self.credentials = credentials
+        self.images = images
+        self.stats = images.stats if images is not None else RegistryStats()
+        self._clock = clock
+        self._pull_deadline_s = pull_deadline_s
+        self._lock = threading.Lock()
+        self._states: dict[str, TagWatchState] = {}
+        self._pins = pins if pins is not None else _Pins()
+
+    @classmethod
+    def for_catalogue(cls, catalogue: Catalogue, settings: RegistrySettings
+                      ) -> RegistryImages | None:
+        """The stage over the engine ``DOCKER_HOST`` names, if ``catalogue`` has an image
+        envcheck pulls (``pull: watch``); None for a fleet of local images (it stays offline)."""
+        if not any(env.pull == "watch" for env in catalogue.environments):
+            return None
+        api = docker.APIClient(**docker.utils.kwargs_from_env(), timeout=ENGINE_TIMEOUT_S)
+        return cls.open(api, catalogue, settings)
+
+    @classmethod
+    def open(cls, api: docker.APIClient, catalogue: Catalogue,
+             settings: RegistrySettings) -> RegistryImages:
+        """The stage over the engine behind ``api``, for ``catalogue``'s registries: its
+        ledger settled with the engine (a pull a killed process left half done is dropped)."""
+        info: dict[str, Any] = api.info()
+        platform = f"{info.get('OSType') or 'linux'}/{_architecture(info)}"
+        backoff = RegistryBackoff()
+        watch = WatchSettings(platform=platform, deadline_s=settings.look_deadline_s)
+        if settings.certs_dir is not None:
+            watch = WatchSettings(platform=platform, deadline_s=settings.look_deadline_s,
+                                  certs_dir=settings.certs_dir)
+        watcher = TagWatcher(watch, backoff=backoff)
+        credentials = RegistryCredentials(catalogue_sources(catalogue.registries),
+                                          docker_config=settings.docker_config)
+        stats = RegistryStats()
+        engine_id = str(info.get("ID") or "engine")
+        ledger = SqliteLedger(ledger_path(settings.data_dir, engine_id), engine_id)
+        reconcile(api, ledger)
+        budget = parse_budget(settings.image_cache) if settings.image_cache else None
+        pins = _Pins()
+        cache = ImageCache(api, ledger, budget, stats=stats, pinned=pins.get)
+        puller = Puller(api, stats=stats, credentials=credentials_from(credentials),
+                        backoff=backoff)
+        images = LocalImages(api, puller, cache, sizes=ManifestSizes(watcher, credentials))
+        fleet = cls(watcher, credentials, images, pull_deadline_s=settings.pull_deadline_s,
+                    pins=pins)
+        fleet.follow(catalogue)
+        return fleet
+
+    def follow(self, catalogue: Catalogue) -> None:
+        """A new catalogue (a reload): its credentials, and the images it pins."""
+        self.credentials.replace_sources(catalogue_sources(catalogue.registries))
+        pinned = set()
+        for env in catalogue.environments:
+            if env.pull == "watch" and env.keep:
+                ref = ImageReference.parse(env.image)
+                pinned.add(ref.name if ref.digest is None else f"{ref.name}@{ref.digest}")
+                with self._lock:
+                    last = self._states.get(env.id, TagWatchState()).last
+                if last is not None:
+                    pinned.add(last.digest)
+        self._pins.held = frozenset(pinned)
+
+    def identity(self, env: Environment, *, fresh: bool) -> WatchUpdate:
+        """What ``env``'s tag names now (see the module's doc). Never raises for what a
+        registry does: a failure is the update's ``failure``."""
+        ref = ImageReference.parse(env.image)
+        interval = timedelta(seconds=env.schedules.image or 300.0)
+        with self._lock:
+            state = self._states.get(env.id, TagWatchState())
+        last = state.last
+        if (not fresh and last is not None and last.reference == ref
+                and self._clock.now() - last.seen_at < interval):
+            return WatchUpdate(Change.UNCHANGED, look=last, previous_digest=last.digest)
+        try:
+            credentials = self.credentials.for_registry(ref.registry)
+        except RegistryFailed as exc:
+            failure = RegistryFailure(exc.reason, ref.registry, str(exc), self._clock.now())
+            return WatchUpdate(Change.FAILED, failure=failure)
+        started = time.monotonic()
+        outcome = self.watcher.look(ref, credentials,
+                                    previous=last if last is not None and last.reference == ref
+                                    else None)
+        self.stats.looked(ref.registry,
+                          "ok" if isinstance(outcome, TagLook) else str(outcome.reason),
+                          time.monotonic() - started, outcome.rate_remaining)
+        with self._lock:
+            state = self._states.get(env.id, TagWatchState())
+            state, update = state.observe(outcome, interval)
+            self._states[env.id] = state
+        if update.change is Change.MOVED:
+            log.info("a watched tag moved", extra={"env": env.id, "reference": str(ref),
+                                                   "from": update.previous_digest,
+                                                   "to": update.look.digest if update.look
+                                                   else None})
+        return update
+
+    def local(self, env: Environment, digest: str) -> LocalImage:
+        """The engine's image of ``env``'s repository at ``digest``, pulled if missing."""
+        if self.images is None:
+            raise RegistryFailed("no image cache on this host: envcheck pulls no image here",
+                                 registry=ImageReference.parse(env.image).registry)
+        ref = ImageReference.parse(env.image)
+        deadline = time.monotonic() + self._pull_deadline_s
+        return self.images.ensure(ref.name, digest, deadline)
+
+    def prefetch(self, wanted: Iterable[tuple[Environment, str]]) -> int:
+        """Pull ahead the images of ``wanted`` (soonest first), within the cache's bounds;
+        how many pulls were started."""
+        if self.images is None:
+            return 0
+        targets = [PullTarget(ImageReference.parse(env.image).name, digest)
+                   for env, digest in wanted]
+        return len(self.images.prefetch(targets))
+
+    def watched_digest(self, env_id: str) -> str | None:
+        """The digest the last look saw (for a task handed to another node)."""
+        with self._lock:
+            last = self._states.get(env_id, TagWatchState()).last
+        return last.digest if last is not None else None
+
+    def close(self) -> None:
+        if self.images is not None:
+            self.images.close()
+
+
+class RegistryStage:
+    """The stage for a process whose catalogue changes (the daemon's reloads): opened the
+    first time a catalogue has an image envcheck pulls, then following each new catalogue."""
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        self.settings = settings
+        self.current: RegistryImages | None = None
+        self._lock = threading.Lock()
+
+    def for_catalogue(self, catalogue: Catalogue) -> RegistryImages | None:
+        with self._lock:
+            if self.current is None:
+                self.current = RegistryImages.for_catalogue(catalogue, self.settings)
+            else:
+                self.current.follow(catalogue)
+            return self.current
+
+    def close(self) -> None:
+        with self._lock:
+            if self.current is not None:
+                self.current.close()
+
+
+class _Pins:
+    """What the catalogue pins (``keep: true``), read by the cache at each eviction."""
+
+    def __init__(self) -> None:
+        self.held: frozenset[str] = frozenset()
+
+    def get(self) -> frozenset[str]:
+        return self.held
+
+
+def _architecture(info: dict[str, Any]) -> str:
+    arch = str(info.get("Architecture") or "x86_64")
+    return {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(arch, arch)
