@@ -6,8 +6,9 @@ test (tests/test_testlogs_parity.py). Not a test module: that test runs it as
 
 Request: {"names": [parser names], "logs": [{"path", "parser", "fail_to_pass",
 "pass_to_pass"}, ...]}. Answer, JSON on stdout: the release's version, its repository ->
-parser map by parser name, and per log the parser's id -> status map and, where tests are
-declared, the harness's grading of them.
+parser map by parser name, its registry's names of its Python parsers by parser name and
+its other names (other languages' parsers), and per log the parser's id -> status map and,
+where tests are declared, the harness's grading of them.
 
 ``swebench/harness/__init__.py`` imports every harness module, the Docker client's and
 Modal's among them, which are not installed here. So that ``__init__`` is not run: a bare
@@ -70,6 +71,10 @@ def main() -> None:
         by_function.setdefault(id(registry[f"parse_log_{name}"]), name)
     repo_parsers = {repo: by_function.get(id(fn), fn.__name__)
                     for repo, fn in harness["python"].MAP_REPO_TO_PARSER_PY.items()}
+    python = harness["python"].__name__
+    log_parsers = {name: by_function.get(id(fn), fn.__name__)
+                   for name, fn in registry.items() if fn.__module__ == python}
+    other_parsers = sorted(name for name, fn in registry.items() if fn.__module__ != python)
     answers = []
     with tempfile.TemporaryDirectory() as scratch:
         for item in request["logs"]:
@@ -86,6 +91,7 @@ def main() -> None:
                                      answer["map"]))
             answers.append(answer)
     json.dump({"version": harness["swebench"].__version__, "repo_parsers": repo_parsers,
+               "log_parsers": log_parsers, "other_parsers": other_parsers,
                "logs": answers}, sys.stdout)
 
 

@@ -15,6 +15,7 @@ import os
 import subprocess
 import tarfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,9 @@ def catalogue(directory: Path, image: str, extra: str = "") -> Path:
     return path
 
 
-def check(path: Path, data: Path, *kinds: str) -> tuple[int, dict[str, dict[str, Any]], str]:
-    env = {**os.environ, "ENVCHECK_DATA_DIR": str(data), "COLUMNS": "200"}
+def check(path: Path, data: Path, *kinds: str, extra_env: dict[str, str] | None = None
+          ) -> tuple[int, dict[str, dict[str, Any]], str]:
+    env = {**os.environ, "ENVCHECK_DATA_DIR": str(data), "COLUMNS": "200", **(extra_env or {})}
     env.pop("ENVCHECK_DATABASE_URL", None)
     args = [arg for kind in kinds for arg in ("-p", kind)]
     done = subprocess.run([*envcheck_cmd(), "check", str(path), *args, "--json"], env=env,
@@ -140,23 +142,38 @@ def test_a_watched_tag_is_looked_up_then_pulled_by_digest_and_probed(
     assert results["terminal"]["details"]["image"]["local_id"] != record["local_id"]
 
 
-def test_a_deleted_tag_is_not_found_once_and_nothing_is_blamed_yet(
+def test_a_deleted_tag_is_not_found_once_then_confirmed_a_watch_interval_later(
         tmp_path: Path, registry_anonymous: Registry, docker_client: docker.DockerClient,
         repository: str) -> None:
     reg = registry_anonymous
     digest = push_tiny(docker_client, reg, repository, "gone")
+    path_file, data = catalogue(tmp_path, f"{reg.host}/{repository}:gone"), tmp_path / "data"
+    # a watch interval of 1 s (the schedule floor lowered for the test)
+    path_file.write_text(path_file.read_text().replace(
+        "pull: watch", "pull: watch\n      schedules: {image: 1s}"))
+    code, results, stderr = check(path_file, data, "image",
+                                  extra_env={"ENVCHECK_MIN_SCHEDULE": "1"})
+    assert code == 0, stderr
+    assert results["image"]["image_digest"] == digest
     api = RegistryApi(reg)
     try:
         api.delete(repository, digest)
     finally:
         api.close()
-    code, results, _ = check(catalogue(tmp_path, f"{reg.host}/{repository}:gone"),
-                             tmp_path / "data", "image", "terminal")
+    code, results, _ = check(path_file, data, "image", "terminal",
+                             extra_env={"ENVCHECK_MIN_SCHEDULE": "1"})
     assert code == 3  # envcheck could not check: one look does not confirm a missing image
     for kind in ("image", "terminal"):
         assert (results[kind]["status"], results[kind]["reason"]) == ("error",
                                                                        "image_not_found")
     assert "confirmed only by a second look" in results["image"]["summary"]
+    time.sleep(1.5)  # a watch interval later, in another process: the store remembers
+    code, results, _ = check(path_file, data, "image", "terminal",
+                             extra_env={"ENVCHECK_MIN_SCHEDULE": "1"})
+    assert code == 1  # the environment's own failure now
+    for kind in ("image", "terminal"):
+        assert (results[kind]["status"], results[kind]["reason"]) == ("fail",
+                                                                       "image_not_found")
 
 
 def test_a_stopped_registry_is_envcheck_s_error_for_every_kind(

@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from envcheck.core.testlogs import (
+    HARNESS_LOG_PARSERS,
     HARNESS_REPO_PARSERS,
     RELEASE,
     log_lines,
+    named_parser,
     parser,
 )
 from envcheck.kinds.testvalidity.logs import read_log
@@ -72,6 +74,17 @@ def harness() -> dict[str, Any]:
 def test_the_release_and_its_repository_map(harness: dict[str, Any]) -> None:
     assert RELEASE == f"swebench {harness['version']}" == "swebench 5.0.2"
     assert harness["repo_parsers"] == HARNESS_REPO_PARSERS
+
+
+def test_the_release_s_parser_names_as_a_record_s_log_parser_names_them(
+        harness: dict[str, Any]) -> None:
+    # every Python parser of the release's registry, by the function it is (aliases included:
+    # parse_log_pydicom is parse_log_pytest_options); none of its other languages' parsers
+    assert harness["log_parsers"] == HARNESS_LOG_PARSERS
+    assert len(HARNESS_LOG_PARSERS) == 20
+    assert {named_parser(name) for name in harness["log_parsers"]} == set(NAMES)
+    assert "parse_log_jest" in harness["other_parsers"]
+    assert [name for name in harness["other_parsers"] if named_parser(name)] == []
 
 
 def test_there_are_real_and_crafted_logs() -> None:

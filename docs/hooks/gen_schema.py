@@ -47,6 +47,8 @@ def _block(schema: dict[str, Any], names: set[str]) -> str:
     rows = []
     for key, prop in schema.get("properties", {}).items():
         default = json.dumps(prop["default"]) if "default" in prop else ""
+        if len(default) > 60:  # a whole block's defaults: its own table gives each key's
+            default = ""
         rows.append([code(key), _type(prop, names), "yes" if key in required else "",
                      code(default) if default else "",
                      cell(prop.get("description", "")).replace(r"\*", "*")])

@@ -23,7 +23,7 @@ from envcheck.catalogue.merge import resolve_environment
 from envcheck.catalogue.models import (
     Environment,
     EnvironmentEntry,
-    EnvironmentSettings,
+    SuiteDefaults,
     SuiteEntry,
 )
 from envcheck.catalogue.sharing import Sharing
@@ -64,7 +64,7 @@ class Handover:
     taken: int = 0  # environments taken so far
     # per suite: its defaults as validated when its environments were first taken (None: not
     # read before them, or invalid), checked against the file's own once it is validated
-    _defaults: dict[str, EnvironmentSettings | None] = field(default_factory=dict)
+    _defaults: dict[str, SuiteDefaults | None] = field(default_factory=dict)
     _checked: set[str] = field(default_factory=set)
     _pending: list[tuple[str, list[Any], int, dict[str, Any]]] = field(default_factory=list)
 
@@ -99,9 +99,9 @@ class Handover:
         return Taken(value, "data_sources" in raw)
 
     def _suite_defaults(self, suite_id: str, suite: dict[str, Any]
-                        ) -> EnvironmentSettings | None:
+                        ) -> SuiteDefaults | None:
         if suite_id not in self._defaults:
-            found: EnvironmentSettings | None = None
+            found: SuiteDefaults | None = None
             if "defaults" in suite:  # validated as the file's model validates it
                 try:
                     found = SuiteEntry.model_validate({"defaults": suite["defaults"]},
@@ -111,7 +111,7 @@ class Handover:
             self._defaults[suite_id] = found
         return self._defaults[suite_id]
 
-    def check(self, suite_id: str, defaults: EnvironmentSettings) -> None:
+    def check(self, suite_id: str, defaults: SuiteDefaults) -> None:
         """The suite's ``defaults`` as the file's model validated them are those its
         environments were resolved with (read from the same mapping: never otherwise)."""
         if suite_id not in self._checked:

@@ -29,8 +29,8 @@ from envcheck.catalogue.models import (
     Catalogue,
     Environment,
     EnvironmentEntry,
-    EnvironmentSettings,
     Suite,
+    SuiteDefaults,
 )
 from envcheck.catalogue.origins import Origins
 from envcheck.catalogue.outline import at, in_file_order, split_environments
@@ -200,7 +200,7 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
     environments: list[Environment] = []
     sources: list[DataSource] = []
     registries: list[RegistryCredentials] = []
-    defaults: dict[str, EnvironmentSettings] = {}
+    defaults: dict[str, SuiteDefaults] = {}
     datasets: list[tuple[SourceDoc, int, DatasetBase]] = []
     for file in files:
         text, why = read_source(file, limits)
@@ -250,7 +250,7 @@ def load_catalogue(paths: Sequence[str | Path], previous: Catalogue | None = Non
 
 
 def _expand_datasets(datasets: list[tuple[SourceDoc, int, DatasetBase]],
-                     defaults: dict[str, EnvironmentSettings], checks: CrossFileChecks,
+                     defaults: dict[str, SuiteDefaults], checks: CrossFileChecks,
                      environments: list[Environment],
                      per_file: list[list[CatalogueIssue]], sharing: Sharing,
                      origins: Origins | None) -> list[str]:

@@ -21,6 +21,7 @@ from envcheck.catalogue.probe_specs import (
     DependencySpec,
     LeakChecks,
     Strength,
+    TestDefaults,
     TestSpec,
 )
 from envcheck.catalogue.registries import ImageReference, RegistryCredentials
@@ -36,6 +37,7 @@ __all__ = [
     "Reprove",
     "Schedules",
     "Suite",
+    "SuiteDefaults",
     "SuiteEntry",
     "Timeouts",
 ]
@@ -126,6 +128,12 @@ class EnvironmentSettings(CatalogueModel):
         "pinned in envcheck's image cache: once pulled, never evicted"))
 
 
+class SuiteDefaults(EnvironmentSettings):
+    """A suite's ``defaults``: its ``tests`` may leave out the command (:class:`TestDefaults`)."""
+
+    tests: TestDefaults | None = None
+
+
 class EnvironmentEntry(EnvironmentSettings):
     id: Ident
     image: ImageReference
@@ -211,7 +219,7 @@ _SPEC_FIELDS: dict[ProbeKind, set[str]] = {
 class SuiteEntry(CatalogueModel):
     description: str = ""
     allow_degraded: bool = False
-    defaults: EnvironmentSettings = EnvironmentSettings()
+    defaults: SuiteDefaults = SuiteDefaults()
     environments: list[EnvironmentEntry] = Field(default_factory=list)
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import (
     AfterValidator,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
@@ -33,9 +34,9 @@ from envcheck.catalogue.fields import (
 )
 from envcheck.core.testlogs import parser_names
 
-__all__ = ["DEFAULT_RERUNS", "TRICK_NAMES", "AdaptiveDepth", "Adversarial", "ControlledSpec",
-           "DependencySpec", "LeakChecks", "Oracle", "ReportName", "Strength", "TestSpec",
-           "repeated"]
+__all__ = ["CONTROL_KEYS", "DEFAULT_RERUNS", "TRICK_NAMES", "AdaptiveDepth", "Adversarial",
+           "ControlledSpec", "DependencySpec", "LeakChecks", "Oracle", "ReportName", "Strength",
+           "TestDefaults", "TestSpec", "repeated"]
 
 _PY_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
@@ -234,6 +235,10 @@ class Strength(CatalogueModel):
         "score, not in it)"))
 
 
+# The controls a verification spec may declare (a dataset entry's keys of the same names).
+CONTROL_KEYS = ("adversarial", "leaks", "strength")
+
+
 class ControlledSpec(CatalogueModel):
     """A verification spec that may declare adversarial controls (``tests:``, a Harbor task).
 
@@ -255,7 +260,7 @@ class ControlledSpec(CatalogueModel):
         "the verifier's score"))
 
     # Keys added after specs were first hashed: left out of dumps while unset.
-    _LATER_KEYS: ClassVar[tuple[str, ...]] = ("adversarial", "leaks", "strength")
+    _LATER_KEYS: ClassVar[tuple[str, ...]] = CONTROL_KEYS
 
     @model_serializer(mode="wrap")
     def _unset_controls_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -360,3 +365,29 @@ class TestSpec(ControlledSpec):
         if both:
             raise ValueError(f"in both fail_to_pass and pass_to_pass: {', '.join(both)}")
         return self
+
+
+class TestDefaults(TestSpec):
+    """A suite's ``defaults.tests``: a :class:`TestSpec` whose ``command`` may be left out.
+
+    With a command it gives every environment of the suite that declares no tests of its own
+    a tests probe (:meth:`spec`). Without one it gives none: its keys (``strength``, ``leaks``,
+    ``adversarial``, ``reruns``, ...) fill, key by key, the tests an environment declares and
+    those a dataset's tasks get."""
+
+    __test__: ClassVar[bool] = False
+    command: str | None = Field(None, description=(  # type: ignore[assignment]
+        "as an environment's tests.command; unset, the suite's environments get no tests "
+        "probe from the defaults, whose other keys apply to the tests they declare (and to "
+        "every task of a dataset in the suite)"))
+    # The spec an environment without tests of its own gets: built once, shared by them all.
+    _spec: TestSpec | None = PrivateAttr(None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.command is not None:
+            self._spec = TestSpec.model_validate(
+                {name: getattr(self, name) for name in self.model_fields_set})
+
+    def spec(self) -> TestSpec | None:
+        """The tests of an environment that declares none: these, if they name a command."""
+        return self._spec

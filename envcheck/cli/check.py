@@ -30,6 +30,7 @@ from envcheck.cli.common import (
     RayAddress,
     config_error_exit,
     err,
+    exit_on_store_error,
     image_cache_or_exit,
     load_or_exit,
     open_store_or_exit,
@@ -205,6 +206,10 @@ def check(
             writes.record(run_id, result)
 
         registry = _registry(catalogue, budget)
+        if registry is not None:
+            with exit_on_store_error():
+                registry.seed(catalogue, store.latest_results([e.id for e in envs],
+                                                              [ProbeKind.IMAGE]))
         try:
             results = _run(envs, kinds, run_id, record, config, as_json,
                            build_services(catalogue, store, StoreDepth(store).advice,

@@ -5,9 +5,10 @@ fail-to-pass and pass-to-pass tests exactly as the harness's log parsers print t
 parsers (:mod:`envcheck.core.swebench_logs`) mirror the release's Python parsers rule for rule,
 under envcheck's names: ``pytest``, ``pytest_v2``, ``pytest_options``, ``django``, ``sympy``,
 ``matplotlib``, ``seaborn``; :data:`HARNESS_REPO_PARSERS` is the release's repository ->
-parser map. They are streams: each takes the log's lines (:func:`log_lines` splits them as the
-harness does) and yields ``(test id, status)`` pairs, later pairs overriding earlier ones, so a
-caller keeps only the ids it wants.
+parser map, :data:`HARNESS_LOG_PARSERS` its parser names (a record's ``log_parser``, as later
+exports carry it) -> envcheck's. They are streams: each takes the log's lines
+(:func:`log_lines` splits them as the harness does) and yields ``(test id, status)`` pairs,
+later pairs overriding earlier ones, so a caller keeps only the ids it wants.
 
 More parsers: :func:`register_parser`, or the ``envcheck.test_log_parsers`` entry-point group
 (a name -> a callable with the same signature), loaded on first use.
@@ -32,8 +33,9 @@ from envcheck.core.swebench_logs import (
     parse_sympy,
 )
 
-__all__ = ["ENTRY_POINT_GROUP", "HARNESS_REPO_PARSERS", "RELEASE", "LogParser", "TestStatus",
-           "log_lines", "parser", "parser_names", "register_parser"]
+__all__ = ["ENTRY_POINT_GROUP", "HARNESS_LOG_PARSERS", "HARNESS_REPO_PARSERS", "RELEASE",
+           "LogParser", "TestStatus", "log_lines", "named_parser", "parser", "parser_names",
+           "register_parser"]
 
 ENTRY_POINT_GROUP = "envcheck.test_log_parsers"
 
@@ -74,6 +76,33 @@ HARNESS_REPO_PARSERS: dict[str, str] = {
     "sympy/sympy": "sympy",
 }
 
+# The release's PARSER_REGISTRY names of its Python parsers, by envcheck's parser names: its
+# per-repository names are aliases (parse_log_pydicom = parse_log_pytest_options), mirrored as
+# the release defines them (the parity test holds it to the release's own registry). Its
+# parsers for other languages (parse_log_jest, parse_log_gotest, ...) have no counterpart here.
+HARNESS_LOG_PARSERS: dict[str, str] = {
+    "parse_log_pytest": "pytest",
+    "parse_log_pytest_options": "pytest_options",
+    "parse_log_django": "django",
+    "parse_log_pytest_v2": "pytest_v2",
+    "parse_log_seaborn": "seaborn",
+    "parse_log_sympy": "sympy",
+    "parse_log_matplotlib": "matplotlib",
+    "parse_log_astroid": "pytest",
+    "parse_log_flask": "pytest",
+    "parse_log_marshmallow": "pytest",
+    "parse_log_pvlib": "pytest",
+    "parse_log_pyvista": "pytest",
+    "parse_log_sqlfluff": "pytest",
+    "parse_log_xarray": "pytest",
+    "parse_log_pydicom": "pytest_options",
+    "parse_log_requests": "pytest_options",
+    "parse_log_pylint": "pytest_options",
+    "parse_log_astropy": "pytest_v2",
+    "parse_log_scikit": "pytest_v2",
+    "parse_log_sphinx": "pytest_v2",
+}
+
 
 def log_lines(data: bytes) -> Iterator[str]:
     """The log's lines as the harness reads its log file: universal newlines (``\\r\\n`` and a
@@ -104,6 +133,15 @@ def _load_entry_points() -> None:
 def parser_names() -> list[str]:
     _load_entry_points()
     return sorted(_PARSERS)
+
+
+def named_parser(name: str) -> str | None:
+    """envcheck's parser for a parser name a record carries: the release's name of one of its
+    Python parsers (``parse_log_pydicom`` -> ``pytest_options``), else a registered parser of
+    that very name (a plug-in may register ``parse_log_jest``); None if there is neither."""
+    if name in HARNESS_LOG_PARSERS:
+        return HARNESS_LOG_PARSERS[name]
+    return name if name in parser_names() else None
 
 
 def parser(name: str) -> LogParser:

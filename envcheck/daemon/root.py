@@ -60,6 +60,7 @@ from envcheck.core.errors import CatalogueError
 from envcheck.core.memory import give_back
 from envcheck.core.outages import StoreOutages, every
 from envcheck.core.readiness import Readiness
+from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.daemon.upkeep import pruner, rollout_look
 from envcheck.executors.base import ExecutorConfig
 from envcheck.executors.local import LocalExecutor
@@ -333,7 +334,11 @@ def _services(catalogue: Catalogue, store: Store, samples: HostSamples,
     pace, the watch its looks)."""
     return build_services(catalogue, store, StoreDepth(store).advice,
                           StoreReuse(store, samples=samples).advice, outages,
-                          registry.for_catalogue(catalogue))
+                          registry.for_catalogue(catalogue, partial(_image_results, store)))
+
+
+def _image_results(store: Store, env_ids: list[str]) -> list[ProbeResult]:
+    return store.latest_results(env_ids, [ProbeKind.IMAGE])
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +31,7 @@ from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.catalogue.registries import RegistryCredentials as CatalogueCredentials
 from envcheck.core.clock import SYSTEM_CLOCK, Clock
 from envcheck.core.errors import RegistryFailed
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.registry.cache import ImageCache, parse_budget, reconcile
 from envcheck.registry.credentials import CredentialSource, RegistryCredentials
 from envcheck.registry.images import LocalImage, LocalImages
@@ -135,6 +136,26 @@ class RegistryImages:
                     pinned.add(last.digest)
         self._pins.held = frozenset(pinned)
 
+    def seed(self, catalogue: Catalogue, results: Iterable[ProbeResult]) -> int:
+        """What the watch saw before this process, from the newest stored ``image`` result
+        of each watched environment: the digest its tag named (so a move shows as one), or
+        since when the tag has been missing (so a second look can confirm it). Only fills
+        what this process has not looked at itself; how many environments it seeded."""
+        envs = {env.id: env for env in catalogue.environments if env.watched()}
+        seeded = 0
+        for result in results:
+            env = envs.get(result.env_id)
+            if env is None or result.kind is not ProbeKind.IMAGE:
+                continue
+            state = _stored_state(env, result)
+            if state is None:
+                continue
+            with self._lock:
+                if result.env_id not in self._states:
+                    self._states[result.env_id] = state
+                    seeded += 1
+        return seeded
+
     def identity(self, env: Environment, *, fresh: bool) -> WatchUpdate:
         """What ``env``'s tag names now (see the module's doc). Never raises for what a
         registry does: a failure is the update's ``failure``."""
@@ -207,10 +228,21 @@ class RegistryStage:
         self.current: RegistryImages | None = None
         self._lock = threading.Lock()
 
-    def for_catalogue(self, catalogue: Catalogue) -> RegistryImages | None:
+    def for_catalogue(self, catalogue: Catalogue,
+                      stored: Callable[[list[str]], Iterable[ProbeResult]] | None = None
+                      ) -> RegistryImages | None:
+        """``stored(env_ids)``: the newest stored ``image`` results, which seed the watch
+        when the stage opens."""
         with self._lock:
             if self.current is None:
                 self.current = RegistryImages.for_catalogue(catalogue, self.settings)
+                if self.current is not None and stored is not None:
+                    ids = [env.id for env in catalogue.environments if env.watched()]
+                    try:
+                        self.current.seed(catalogue, stored(ids))
+                    except Exception as exc:  # the store's: the watch starts afresh
+                        log.warning("the watch starts without its stored looks",
+                                    extra={"error": f"{type(exc).__name__}: {exc}"})
             else:
                 self.current.follow(catalogue)
             return self.current
@@ -219,6 +251,24 @@ class RegistryStage:
         with self._lock:
             if self.current is not None:
                 self.current.close()
+
+
+def _stored_state(env: Environment, result: ProbeResult) -> TagWatchState | None:
+    watch = result.details.get("watch") if isinstance(result.details, dict) else None
+    ref = ImageReference.parse(env.image)
+    if result.status is Status.PASS and isinstance(watch, dict) and result.image_digest:
+        if watch.get("reference") not in (None, str(ref)):
+            return None  # the catalogue names another image now
+        look = TagLook(ref, result.image_digest, watch.get("index_digest"),
+                       str(watch.get("media_type") or ""), str(watch.get("platform") or ""),
+                       result.started_at)
+        return TagWatchState(look, None)
+    if result.reason is Reason.IMAGE_NOT_FOUND:
+        since = result.started_at
+        if result.status is Status.FAIL:  # confirmed already: the next miss confirms it again
+            since -= timedelta(seconds=env.schedules.image or 300.0)
+        return TagWatchState(None, since)
+    return None
 
 
 class _Pins:

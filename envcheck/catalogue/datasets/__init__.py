@@ -19,11 +19,11 @@ from pydantic import Field
 
 from envcheck.catalogue.datasets import harbor, swebench
 from envcheck.catalogue.datasets.base import DatasetBase, Expansion
-from envcheck.catalogue.models import EnvironmentSettings
+from envcheck.catalogue.models import SuiteDefaults
 
 __all__ = ["FORMATS", "DatasetEntry", "DatasetFormat", "expand"]
 
-Expander = Callable[[Any, str, EnvironmentSettings, str, Callable[[str, str], None]], Expansion]
+Expander = Callable[[Any, str, SuiteDefaults, str, Callable[[str, str], None]], Expansion]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ DatasetEntry = (_ENTRIES[0] if len(_ENTRIES) == 1
                 else Annotated[Union[_ENTRIES], Field(discriminator="format")])  # noqa: UP007
 
 
-def expand(entry: DatasetBase, catalogue_file: str, defaults: EnvironmentSettings,
+def expand(entry: DatasetBase, catalogue_file: str, defaults: SuiteDefaults,
            on_entry: Callable[[str, str], None]) -> Expansion:
     """The environments ``entry`` expands into (``on_entry(key, message)`` reports a problem
     with the entry itself, e.g. a path that names no file)."""

@@ -8,13 +8,20 @@ import glob
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 
 from envcheck.catalogue.fields import CatalogueModel, Ident
 from envcheck.catalogue.merge import merge_models
-from envcheck.catalogue.models import Environment, EnvironmentSettings, Limits, Timeouts
-from envcheck.catalogue.probe_specs import Adversarial, LeakChecks, Strength
+from envcheck.catalogue.models import Environment, Limits, SuiteDefaults, Timeouts
+from envcheck.catalogue.probe_specs import (
+    CONTROL_KEYS,
+    Adversarial,
+    LeakChecks,
+    Strength,
+    TestDefaults,
+)
 from envcheck.core.errors import CatalogueIssue
 
 __all__ = ["ISSUES_PER_DATASET", "DatasetBase", "Expansion", "decode_env_id", "env_id",
@@ -29,6 +36,9 @@ _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 class DatasetBase(CatalogueModel):
     """Keys every dataset entry has; a format adds its ``format`` literal and its mapping."""
 
+    # The entry's keys that are tests keys: merged over the suite's defaults.tests
+    TESTS_KEYS: ClassVar[tuple[str, ...]] = CONTROL_KEYS
+
     id: Ident = Field(description="the dataset's id (unique across the catalogue)")
     format: str = Field(description="the dataset's format: swebench")  # a Literal per format
     path: str = Field(min_length=1, description=(
@@ -41,23 +51,34 @@ class DatasetBase(CatalogueModel):
     timeouts: Timeouts | None = Field(None, description="merged key by key over the suite's")
     adversarial: Adversarial | None = Field(None, description=(
         "adversarial controls played against every task's verification, as the dataset's "
-        "protocol runs it (tests.adversarial)"))
+        "protocol runs it (tests.adversarial); merged key by key over the suite's "
+        "defaults.tests.adversarial, null turns them off"))
     leaks: LeakChecks | None = Field(None, description=(
-        "answer-leak checks on every task's image (tests.leaks)"))
+        "answer-leak checks on every task's image (tests.leaks); merged key by key over the "
+        "suite's defaults.tests.leaks, null turns them off"))
     strength: Strength | None = Field(None, description=(
         "wrong-fix controls: mutants of every task's gold patch (a Harbor task: of the files "
-        "its solve.sh writes) played through its verification (tests.strength)"))
+        "its solve.sh writes) played through its verification (tests.strength); merged key "
+        "by key over the suite's defaults.tests.strength, null turns them off"))
 
-    def settings(self, defaults: EnvironmentSettings) -> EnvironmentSettings:
-        """The suite's defaults with this entry's overrides applied (once per dataset)."""
-        overrides = {k: getattr(self, k) for k in ("workdir", "user", "limits", "timeouts")
-                     if getattr(self, k) is not None}
-        return merge_models(defaults, EnvironmentSettings.model_validate(overrides))
+    def settings(self, defaults: SuiteDefaults) -> SuiteDefaults:
+        """The suite's defaults with this entry's overrides applied (once per dataset), its
+        tests keys (:data:`TESTS_KEYS`) over the defaults' ``tests``, key by key."""
+        overrides: dict[str, object] = {
+            k: getattr(self, k) for k in ("workdir", "user", "limits", "timeouts")
+            if getattr(self, k) is not None}
+        # a control set to null turns the suite's off; another key's null is its being unset
+        tests = {k: getattr(self, k) for k in self.TESTS_KEYS
+                 if getattr(self, k) is not None
+                 or (k in CONTROL_KEYS and k in self.model_fields_set)}
+        if tests:
+            overrides["tests"] = TestDefaults.model_validate(tests)
+        return merge_models(defaults, SuiteDefaults.model_validate(overrides))
 
-    def fields(self, settings: EnvironmentSettings) -> dict[str, object]:
+    def fields(self, settings: SuiteDefaults) -> dict[str, object]:
         """An environment's settings but its tests, labelled with this dataset's id."""
         found: dict[str, object] = {k: getattr(settings, k)
-                                    for k in EnvironmentSettings.model_fields if k != "tests"}
+                                    for k in SuiteDefaults.model_fields if k != "tests"}
         found["labels"] = {**settings.labels, "dataset": self.id}
         return found
 

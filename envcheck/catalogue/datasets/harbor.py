@@ -16,7 +16,7 @@ from envcheck.catalogue.harbor_env import harbor_parts
 from envcheck.catalogue.harbor_spec import CURRENT_RELEASE, PROTOCOL_OF_RELEASE, HarborRelease
 from envcheck.catalogue.harbor_task import read_task
 from envcheck.catalogue.messages import describe_error
-from envcheck.catalogue.models import Environment, EnvironmentSettings
+from envcheck.catalogue.models import Environment, SuiteDefaults
 from envcheck.catalogue.probe_specs import DEFAULT_RERUNS
 from envcheck.core.errors import CatalogueError
 
@@ -52,7 +52,7 @@ def _task_folders(catalogue_file: str, pattern: str) -> tuple[list[Path], str | 
     return folders, why
 
 
-def expand(entry: HarborDataset, catalogue_file: str, defaults: EnvironmentSettings,
+def expand(entry: HarborDataset, catalogue_file: str, defaults: SuiteDefaults,
            suite_id: str, on_entry: Callable[[str, str], None]) -> Expansion:
     """Every task folder as an environment; a bad folder as issues naming its file and key."""
     out = Expansion()
@@ -60,8 +60,9 @@ def expand(entry: HarborDataset, catalogue_file: str, defaults: EnvironmentSetti
     if why is not None:
         on_entry("path", why)
         return out
-    settings = entry.settings(defaults)
+    settings = entry.settings(defaults)  # the entry's controls over the suite's, key by key
     fields = entry.fields(settings)
+    tests = settings.tests  # of the suite's defaults.tests, only the controls apply to a task
     for folder in folders:
         out.files.append(str(folder))
         try:
@@ -69,8 +70,9 @@ def expand(entry: HarborDataset, catalogue_file: str, defaults: EnvironmentSetti
             parts = harbor_parts(task, limits=settings.limits, timeouts=settings.timeouts,
                                  network=entry.network, image_overrides=entry.images,
                                  reruns=entry.reruns or DEFAULT_RERUNS,
-                                 adversarial=entry.adversarial, leaks=entry.leaks,
-                                 strength=entry.strength)
+                                 adversarial=tests.adversarial if tests else None,
+                                 leaks=tests.leaks if tests else None,
+                                 strength=tests.strength if tests else None)
             env = Environment(**{**fields, "id": env_id(task.name), "suite": suite_id,
                                  "image": parts.image, "user": parts.user,
                                  "workdir": parts.workdir, "limits": parts.limits,

@@ -4,10 +4,12 @@ R2E-Gym and SWE-rebench ship them (JSONL, a JSON array, or Parquet).
 A record needs ``instance_id``, ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` (lists, or JSON-encoded
 strings of lists as the hub files hold them); ``patch`` (the gold patch) and ``test_patch`` are
 used when present, ``base_commit`` is what the files the test patch modifies are reset to
-(else HEAD, the commit the image holds), ``repo`` chooses a per-repository command, and any
-field may fill the image template. Each record becomes an environment of the dataset's
-suite, its id the record's ``instance_id`` (escaped only if it is not a plain id), its tests
-probe the harness's protocol (:mod:`envcheck.kinds.testvalidity`).
+(else HEAD, the commit the image holds), ``repo`` chooses a per-repository command,
+``log_parser`` (the harness's name of a parser, as later exports carry it) how its log is read
+where the entry sets no ``report:``, and any field may fill the image template. Each record
+becomes an environment of the dataset's suite, its id the record's ``instance_id`` (escaped
+only if it is not a plain id), its tests probe the harness's protocol
+(:mod:`envcheck.kinds.testvalidity`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import string
 from collections.abc import Callable
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -33,15 +35,24 @@ from envcheck.catalogue.datasets.records import read_records
 from envcheck.catalogue.fields import Seconds
 from envcheck.catalogue.keypaths import format_path
 from envcheck.catalogue.messages import describe_error
-from envcheck.catalogue.models import Environment, EnvironmentSettings
-from envcheck.catalogue.probe_specs import ReportName, TestSpec, repeated
-from envcheck.core.testlogs import HARNESS_REPO_PARSERS
+from envcheck.catalogue.models import Environment, SuiteDefaults
+from envcheck.catalogue.probe_specs import CONTROL_KEYS, ReportName, TestSpec, repeated
+from envcheck.core.testlogs import (
+    HARNESS_LOG_PARSERS,
+    HARNESS_REPO_PARSERS,
+    RELEASE,
+    named_parser,
+    parser_names,
+)
 
 __all__ = ["SwebenchDataset", "SwebenchRecord", "expand"]
 
 
 class SwebenchDataset(DatasetBase):
     """A SWE-bench-style instance file (or files) and how its records map onto environments."""
+
+    TESTS_KEYS: ClassVar[tuple[str, ...]] = (*CONTROL_KEYS, "junit_path", "reruns", "shuffle",
+                                             "timeout_s")
 
     format: Literal["swebench"]
     image: str | None = Field(None, min_length=1, description=(
@@ -56,8 +67,9 @@ class SwebenchDataset(DatasetBase):
         "per repository (the record's 'repo'): its test command; 'command' is the fallback"))
     report: ReportName = Field("pytest", description=(
         "'junit' or a log parser: pytest, pytest_v2, pytest_options, django, sympy, "
-        "matplotlib, seaborn, or a registered one; unset, a record of a repository the "
-        "SWE-bench harness knows gets the harness's parser for it, any other pytest"))
+        "matplotlib, seaborn, or a registered one; unset, a record gets the parser its "
+        "'log_parser' names (the harness's name: parse_log_pydicom), else the harness's "
+        "parser for its repository, else the suite's defaults.tests.report, else pytest"))
     reports: dict[str, ReportName] = Field(default_factory=dict, description=(
         "per repository: its report, as the harness maps a repository to its log parser; "
         "'report' is the fallback"))
@@ -114,6 +126,7 @@ class SwebenchRecord(BaseModel):
     test_patch: str | None = None
     base_commit: str | None = None
     repo: str | None = None
+    log_parser: str | None = None  # the harness's parser name, as later exports carry it
 
 
 _SPEC_KEYS = {"fail_to_pass": "FAIL_TO_PASS", "pass_to_pass": "PASS_TO_PASS",
@@ -124,16 +137,14 @@ _SPEC_KEYS = {"fail_to_pass": "FAIL_TO_PASS", "pass_to_pass": "PASS_TO_PASS",
 class _Mapper:
     """One dataset entry's record -> environment, its shared parts computed once."""
 
-    def __init__(self, entry: SwebenchDataset, defaults: EnvironmentSettings,
+    def __init__(self, entry: SwebenchDataset, defaults: SuiteDefaults,
                  suite_id: str) -> None:
         self.entry, self.suite_id = entry, suite_id
-        settings = entry.settings(defaults)
+        settings = entry.settings(defaults)  # the entry's tests keys over the suite's
         self.fields = entry.fields(settings)
-        tests = settings.tests.model_dump(exclude_unset=True) if settings.tests else {}
-        knobs = {k: getattr(entry, k) for k in ("junit_path", "reruns", "shuffle", "timeout_s",
-                                                "adversarial", "leaks", "strength")
-                 if getattr(entry, k) is not None}
-        self.tests = {**tests, **knobs}
+        tests = settings.tests
+        self.tests: dict[str, Any] = ({k: getattr(tests, k) for k in tests.model_fields_set}
+                                      if tests is not None else {})
 
     def image(self, record: SwebenchRecord, raw: dict[str, Any]) -> tuple[str | None, str]:
         """(image, '') or (None, why) naming the field at fault."""
@@ -160,16 +171,31 @@ class _Mapper:
             return self.entry.commands[record.repo]
         return self.entry.command or self.tests.get("command")
 
-    def report(self, repo: str | None) -> str:
-        """The repository's own report, else the dataset's if it sets one, else the
-        harness's parser for the repository, else pytest."""
-        entry = self.entry
+    def report(self, record: SwebenchRecord) -> tuple[str | None, str]:
+        """(report, '') or (None, why): the dataset's report for the record's repository,
+        else the dataset's report if it sets one, else the parser the record's ``log_parser``
+        names, else the harness's parser for its repository, else the suite's
+        ``defaults.tests.report``, else pytest."""
+        entry, repo = self.entry, record.repo
         if repo is not None and repo in entry.reports:
-            return entry.reports[repo]
+            return entry.reports[repo], ""
+        if "report" in entry.model_fields_set:
+            return entry.report, ""
+        if record.log_parser is not None:
+            named = named_parser(record.log_parser)
+            if named is None:
+                return None, (
+                    f"record {record.instance_id!r}: {record.log_parser!r} is not a parser "
+                    f"envcheck has: it reads the {RELEASE} names of the harness's Python "
+                    f"parsers (parse_log_pytest, parse_log_django, parse_log_pydicom, ...; "
+                    f"{len(HARNESS_LOG_PARSERS)} in all) and its own ("
+                    f"{', '.join(parser_names())}); set the dataset's report: (or reports: "
+                    "per repository) to read this record's log another way")
+            return named, ""
         harness = HARNESS_REPO_PARSERS.get(repo or "")
-        if "report" in entry.model_fields_set or harness is None:
-            return entry.report
-        return harness
+        if harness is not None:
+            return harness, ""
+        return self.tests.get("report", entry.report), ""
 
     def environment(self, record: SwebenchRecord, raw: dict[str, Any],
                     problem: Callable[[str, str], None]) -> Environment | None:
@@ -184,7 +210,10 @@ class _Mapper:
                             "commands, or set command)")
             return None
         oracle = {"patch": record.patch} if record.patch else self.tests.get("oracle")
-        report = self.report(record.repo)
+        report, why = self.report(record)
+        if report is None:
+            problem("log_parser", why)
+            return None
         # Reruns are shuffled only where the command takes the ids (the harness's commands take
         # test files): a reshuffled list the command ignores would reveal nothing.
         takes_ids = "{tests}" in command or "ENVCHECK_TEST_IDS" in command
@@ -206,7 +235,7 @@ class _Mapper:
         return None
 
 
-def expand(entry: SwebenchDataset, catalogue_file: str, defaults: EnvironmentSettings,
+def expand(entry: SwebenchDataset, catalogue_file: str, defaults: SuiteDefaults,
            suite_id: str, on_entry: Callable[[str, str], None]) -> Expansion:
     """Every record of the dataset's files as an environment; bad records as issues naming
     the file, the line (JSONL) or index (JSON, Parquet), and the field."""
