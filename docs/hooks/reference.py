@@ -26,8 +26,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
 
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+
+
+def _this_checkout_first() -> None:
+    """The checkout's root first on ``sys.path``: its ``envcheck`` and ``docs.hooks`` are the
+    ones imported. (MkDocs puts ``sys.path`` back as it was once a hook module is loaded, so
+    this runs again when the build starts.)"""
+    if sys.path[:1] != [str(ROOT)]:
+        sys.path.insert(0, str(ROOT))
+
+
+_this_checkout_first()
 
 
 class ReferenceError(Exception):
@@ -133,6 +142,11 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         return expand(markdown, page.file.src_uri)
     except ReferenceError as exc:
         raise PluginError(str(exc)) from exc
+
+
+def on_config(config: Any) -> Any:
+    _this_checkout_first()
+    return config
 
 
 def on_pre_build(config: Any) -> None:
