@@ -161,8 +161,11 @@ def test_every_catalogue_example_validates(example: str, tmp_path: Path) -> None
 
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+    # as the test command runs it: no PYTHONPATH, the hook finds the checkout on its own
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["NO_MKDOCS_2_WARNING"] = "1"
+    mkdocs = Path(sys.executable).parent / "mkdocs"  # not -m: that puts the cwd on sys.path
+    return subprocess.run([str(mkdocs), "build", "--strict",
                            "-f", str(config), "--site-dir", str(site)],
                           cwd=config.parent, env=env, capture_output=True, text=True,
                           timeout=300, check=False)
