@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from docs.hooks.gen_schema import linked
 from docs.hooks.tables import cell, code, prose, schema_type, table
 
 __all__ = ["api_reference", "openapi"]
@@ -26,7 +27,7 @@ def _media(content: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _operation(method: str, path: str, op: dict[str, Any]) -> str:
+def _operation(method: str, path: str, op: dict[str, Any], names: set[str]) -> str:
     out = [f"### `{method.upper()} {path}`\n"]
     if op.get("summary"):
         out.append(prose(op["summary"]) + ".\n")
@@ -50,21 +51,22 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
         if name.startswith("list of object"):  # an inline item schema: name its fields
             name = "a JSON array of records (below)"
             out.append(f"Body: {name}; {', '.join(body.get('content', {}))}.\n")
-            out.append(_properties(schema.get("items", {})))
+            out.append(_properties(schema.get("items", {}), names))
         else:
-            out.append(f"Body: {cell(_media(body.get('content', {})))}.\n")
-    rows = [[code(status), cell(r.get("description", "")), cell(_media(r.get("content", {})))]
+            out.append(f"Body: {linked(cell(_media(body.get('content', {}))), names)}.\n")
+    rows = [[code(status), cell(r.get("description", "")),
+             linked(cell(_media(r.get("content", {}))), names)]
             for status, r in sorted(op.get("responses", {}).items())]
     out.append(table(["status", "when", "body"], rows))
     return "\n".join(out)
 
 
-def _properties(schema: dict[str, Any]) -> str:
+def _properties(schema: dict[str, Any], names: set[str]) -> str:
     required = set(schema.get("required", []))
     rows = []
     for name, prop in schema.get("properties", {}).items():
         default = f" (default: {prop['default']})" if "default" in prop else ""
-        rows.append([code(name), cell(schema_type(prop)),
+        rows.append([code(name), linked(cell(schema_type(prop)), names),
                      "yes" if name in required else "",
                      cell(prop.get("description", "") + default)])
     if not rows:
@@ -74,16 +76,17 @@ def _properties(schema: dict[str, Any]) -> str:
 
 def api_reference(spec: dict[str, Any]) -> str:
     """The generated part of the page: every operation, then every schema."""
+    names = set(spec.get("components", {}).get("schemas", {}))  # linked wherever named
     out = [f"{prose(spec['info'].get('description', ''))} OpenAPI "
            f"{spec['openapi']}; the same document is served at `/openapi.json`, "
            "and `/docs` shows it interactively.\n", "## Operations\n"]
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
-            out.append(_operation(method, path, op))
+            out.append(_operation(method, path, op, names))
     out.append("## Schemas\n")
     for name, schema in sorted(spec.get("components", {}).get("schemas", {}).items()):
         out.append(f"### {name}\n")
         if schema.get("description"):
             out.append(prose(schema["description"]) + "\n")
-        out.append(_properties(schema))
+        out.append(_properties(schema, names))
     return "\n".join(out)

@@ -9,7 +9,7 @@ from typing import Any
 
 from docs.hooks.tables import cell, code, schema_type, table
 
-__all__ = ["catalogue_schema", "schema_reference"]
+__all__ = ["catalogue_schema", "linked", "schema_reference"]
 
 
 def catalogue_schema() -> dict[str, Any]:
@@ -22,7 +22,8 @@ def catalogue_schema() -> dict[str, Any]:
     return doc
 
 
-def _linked(text: str, names: set[str]) -> str:
+def linked(text: str, names: set[str]) -> str:
+    """``text`` with each of ``names`` (a schema's blocks) a link to its section."""
     if not names:
         return text
     pattern = r"\b(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")\b"
@@ -32,14 +33,14 @@ def _linked(text: str, names: set[str]) -> str:
 def _type(prop: dict[str, Any], names: set[str]) -> str:
     if "patternProperties" in prop:  # suites: a mapping of ids to suites
         [(_pattern, value)] = prop["patternProperties"].items()
-        return _linked(cell(f"mapping of id to {schema_type(value)}"), names)
+        return linked(cell(f"mapping of id to {schema_type(value)}"), names)
     items = prop.get("items")
     if isinstance(items, dict) and "discriminator" in items:
         mapping = items["discriminator"]["mapping"]
         kinds = ", ".join(f"{schema_type({'$ref': ref})} ({key})" for key, ref in mapping.items())
-        return _linked(cell(f"list of {kinds}, by {items['discriminator']['propertyName']}"),
+        return linked(cell(f"list of {kinds}, by {items['discriminator']['propertyName']}"),
                        names)
-    return _linked(cell(schema_type(prop)), names)
+    return linked(cell(schema_type(prop)), names)
 
 
 def _block(schema: dict[str, Any], names: set[str]) -> str:
@@ -67,5 +68,5 @@ def schema_reference(doc: dict[str, Any]) -> str:
         if schema.get("properties"):
             out.append(_block(schema, names))
         else:
-            out.append(_linked(cell(schema_type(schema)), names) + "\n")
+            out.append(linked(cell(schema_type(schema)), names) + "\n")
     return "\n".join(out)
