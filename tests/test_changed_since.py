@@ -219,8 +219,8 @@ def test_the_documented_workflow_checks_what_a_pull_request_changed(cli_env: dic
     report = JUnitXml.fromfile(str(pr.root / "envcheck.xml"))
     assert {(c.classname, c.name) for s in report for c in s} == {
         (env_id, kind) for env_id in ("b", "t1")
-        for kind in ("terminal", "dependencies", "tests", "datasource")}
-    assert (report.tests, report.failures, report.errors) == (8, 1, 0)
+        for kind in ("terminal", "dependencies", "tests", "datasource", "image")}
+    assert (report.tests, report.failures, report.errors) == (10, 1, 0)
     text = summary.read_text()
     assert "--changed-since origin/main" in text and "changed  b: tools" in text
     assert "| b | terminal | **fail** | `tool_missing` |" in text
