@@ -287,7 +287,7 @@ class Simulation:
             if full and t >= self.warmup_s:
                 why = _why(advice.why)
                 self.tally.why_full[why] = self.tally.why_full.get(why, 0) + 1
-            status, reason = Status.PASS, Reason.OK  # an image's properties hold (see README)
+            status, reason = Status.PASS, Reason.OK  # an image's properties hold (evidence reuse)
             details = {"depth": depth_record(advice, False)}
             duration, containers = (FULL_S[kind], 1) if full else (IDENTITY_S, 0)
         result = ProbeResult(sim.env.id, kind, status, reason, "", duration, digest.name, spec,

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The test command: setup, PostgreSQL (best effort), ruff, mypy, pytest.
+# The test command: setup, PostgreSQL (best effort), ruff, mypy, layers, the docs site, pytest.
 #
 #   scripts/test.sh [PYTEST ARGS...]
 #
 # Exits with pytest's status (5, "no tests collected", is a failure too); if pytest passes but
-# ruff or mypy failed, exits 1. PostgreSQL is best effort: when it cannot be made to answer on
-# 127.0.0.1:5432 a warning says so and the tests that need it fail or skip on their own terms.
+# ruff, mypy, the layers or the docs site failed, exits 1. PostgreSQL is best effort: when it
+# cannot be made to answer on 127.0.0.1:5432 a warning says so and the tests that need it fail
+# or skip on their own terms.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,8 +22,9 @@ is_root() { [[ $(id -u) -eq 0 ]]; }
 # distribution registry the image tests run on 127.0.0.1 (installed only when missing; its
 # packaged service kept stopped by setup.sh)
 export ENVCHECK_APT_EXTRA="prometheus prometheus-alertmanager chromium docker-compose systemd iproute2 docker-registry${ENVCHECK_APT_EXTRA:+ $ENVCHECK_APT_EXTRA}"
-# the tests cover every extra: the dashboard (streamlit), the Ray executor and Parquet datasets
-export ENVCHECK_EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard,ray,parquet}"
+# the tests cover every extra: the dashboard (streamlit), the Ray executor, Parquet datasets and
+# the documentation site (MkDocs with the Material theme)
+export ENVCHECK_EXTRAS="${ENVCHECK_EXTRAS:-dev,dashboard,ray,parquet,docs}"
 "$ROOT/scripts/setup.sh"
 # envcheck's own image and the stack's services image (tests/test_deploy_*.py); cached
 .venv/bin/python scripts/build_deploy_images.py
@@ -96,11 +98,19 @@ ensure_postgres
 # --- lint, types, tests ------------------------------------------------------------------------
 failed=()
 log "ruff check"
-.venv/bin/ruff check envcheck tests scripts bench dashboards || failed+=(ruff)
+.venv/bin/ruff check envcheck tests scripts bench dashboards docs || failed+=(ruff)
 log "mypy"
 .venv/bin/mypy || failed+=(mypy)
 log "layers (import contracts in pyproject.toml)"
 .venv/bin/lint-imports --no-cache || failed+=(layers)
+# the site's pages, links and anchors, and its reference generated from this checkout: offline,
+# in a few seconds, into a folder of its own (site/ is the writer's). Not --quiet: it hides the
+# warnings --strict counts, and the build passes with them.
+log "docs (mkdocs build --strict)"
+docs_out="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_out" \
+  || failed+=(docs)
+rm -rf "$docs_out"
 log "pytest $*"
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

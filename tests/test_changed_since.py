@@ -1,11 +1,11 @@
-"""``envcheck check --changed-since REF`` on real git repositories, and the README's workflow for
-a dataset repository, its steps' commands run on a base commit and a pull request's commit."""
+"""``envcheck check --changed-since REF`` on real git repositories, and the documented workflow
+for a dataset repository (docs/how-to/ci.md), its steps' commands run on a base commit and a
+pull request's commit."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +15,7 @@ import yaml
 from junitparser import JUnitXml
 
 from tests.conftest import ROOT, envcheck_cmd
+from tests.docs_pages import blocks, page
 from tests.gitrepo import GitRepo
 
 pytestmark = pytest.mark.docker
@@ -169,15 +170,15 @@ def test_a_ref_git_does_not_know_is_bad_input(cli_env: dict[str, str], tmp_path:
                                    "shallow clone? fetch the base first)")
 
 
-def readme_workflow() -> dict[object, object]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    [block] = re.findall(r"```yaml\n(# \.github/workflows/envcheck\.yaml\n.*?)```", readme,
-                         re.S)
+def documented_workflow() -> dict[object, object]:
+    """The workflow docs/how-to/ci.md shows for a dataset repository."""
+    [block] = [b for b in blocks(page("how-to/ci.md"), "yaml")
+               if b.startswith("# .github/workflows/envcheck.yaml\n")]
     workflow: dict[object, object] = yaml.safe_load(block)
     return workflow
 
 
-def test_the_readme_workflow_checks_what_a_pull_request_changed(cli_env: dict[str, str],
+def test_the_documented_workflow_checks_what_a_pull_request_changed(cli_env: dict[str, str],
                                                                  tmp_path: Path) -> None:
     origin = dataset_repo(tmp_path / "origin")
     pr = GitRepo.cloned(origin, tmp_path / "pr")
@@ -189,7 +190,7 @@ def test_the_readme_workflow_checks_what_a_pull_request_changed(cli_env: dict[st
         f.write("# the verifier, edited\n")
     pr.commit({"catalogue/main.yaml": catalogue}, "a pull request")
 
-    workflow = readme_workflow()
+    workflow = documented_workflow()
     assert workflow[True] == {"pull_request": None}  # type: ignore[index]  # YAML 1.1: on
     [job] = workflow["jobs"].values()  # type: ignore[attr-defined]
     assert job["steps"][0] == {"uses": "actions/checkout@v4", "with": {"fetch-depth": 0}}

@@ -284,7 +284,7 @@ services:
         # gateway address the engine would put on the host's end of the bridge. envcheck's
         # networks leave that address off (asserted above), so the route reaches nothing;
         # it must at least be the project's own network's, and only such an engine may have
-        # one (the README's Harbor section).
+        # one (docs/how-to/harbor.md).
         assert gateways <= gateway, (gateways, gateway, routes.text)
         version = str(runtime.client.version().get("Version", ""))
         assert int(version.split(".", maxsplit=1)[0]) < 25, routes.text

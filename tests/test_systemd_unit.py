@@ -1,15 +1,15 @@
-"""The systemd unit (images/systemd/envcheck.service) and the README lines that install it.
+"""The systemd unit (images/systemd/envcheck.service) and the documented lines that install it
+(docs/how-to/deploy.md).
 
 ``systemd-analyze verify`` (Debian's systemd, which scripts/test.sh installs) checks the unit
 with its ExecStart pointed at this venv's envcheck (the unit names /opt/envcheck, where the
-README installs it); it exits 0 on a misspelt key too, so a clean check is exit 0 with
+documented lines install it); it exits 0 on a misspelt key too, so a clean check is exit 0 with
 nothing printed. The daemon is then started as the unit starts it: its command line, the
 settings of its EnvironmentFile and Environment= lines, the token systemd would hand over."""
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -22,13 +22,13 @@ import requests
 
 from tests.conftest import ROOT, SESSION_TAG, envcheck_cmd
 from tests.deploy import HTTP_TIMEOUT, write_catalogue
+from tests.docs_pages import blocks, page, section
 from tests.polling import stop, wait_for
 from tests.ports import free_port
 
 UNIT = ROOT / "images" / "systemd" / "envcheck.service"
 ENV_FILE = ROOT / "images" / "systemd" / "envcheck.env"
 INSTALLED_AT = "/opt/envcheck/bin/envcheck"
-README = ROOT / "README.md"
 
 
 def systemd_analyze() -> str:
@@ -60,12 +60,10 @@ def settings(key: str) -> list[str]:
 
 
 def install_block() -> str:
-    """The README's shell block under 'The service unit'."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### The service unit"):]
-    found = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    assert found, "README: no install block under '### The service unit'"
-    return found.group(1)
+    """The shell block under 'The service unit' in docs/how-to/deploy.md."""
+    found = blocks(section(page("how-to/deploy.md"), "## The service unit"), "sh")
+    assert found, "docs/how-to/deploy.md: no install block under '## The service unit'"
+    return found[0]
 
 
 def test_systemd_analyze_verify_passes(tmp_path: Path) -> None:
@@ -80,7 +78,7 @@ def test_verify_reports_a_misspelt_key(tmp_path: Path) -> None:
     assert "KilMode" in proc.stdout + proc.stderr
 
 
-def test_the_readme_installs_what_the_unit_reads() -> None:
+def test_the_documented_install_makes_what_the_unit_reads() -> None:
     block = install_block()
     for source in ("images/systemd/envcheck.service", "images/systemd/envcheck.env"):
         assert source in block and (ROOT / source).is_file(), source
@@ -90,7 +88,7 @@ def test_the_readme_installs_what_the_unit_reads() -> None:
     env_file = settings("EnvironmentFile")[0].lstrip("-")
     for path in (str(Path(binary).parent.parent), catalogue, credential, env_file,
                  "/etc/systemd/system/envcheck.service"):
-        assert path in block, f"the README's install lines do not make {path}"
+        assert path in block, f"the documented install lines do not make {path}"
     assert "systemctl enable --now envcheck" in block
     assert "journalctl -u envcheck" in block
 

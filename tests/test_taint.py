@@ -32,7 +32,8 @@ from envcheck.health.trust import UNTRUSTED_REASONS, UNTRUSTED_STATES
 from envcheck.store import Store, open_store
 from envcheck.store.retention import Retention
 from envcheck.store.tables.states import TransitionRow
-from tests.conftest import ROOT, envcheck_cmd
+from tests.conftest import envcheck_cmd
+from tests.docs_pages import blocks, page
 
 # ten days ago, on the hour: every test's story fits in a 30-day window
 T0 = (datetime.now(UTC) - timedelta(days=10)).replace(minute=0, second=0, microsecond=0)
@@ -530,26 +531,26 @@ def test_the_cli_exits_3_when_the_store_does_not_answer() -> None:
     assert "error" in done.stderr and "Traceback" not in done.stderr
 
 
-# --- the README's trainer -------------------------------------------------------------------------
+# --- the documented trainer (docs/how-to/tainted-samples.md) -------------------------------------
 
 
-def readme_trainer() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Which samples to drop", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    [code] = [b for b in blocks if "def triage" in b]
+TRAINER_PAGE = "how-to/tainted-samples.md"
+
+
+def documented_trainer() -> str:
+    [code] = [b for b in blocks(page(TRAINER_PAGE), "python") if "def triage" in b]
     return code
 
 
-def test_the_readme_trainer_drops_relabels_and_replays(
+def test_the_documented_trainer_drops_relabels_and_replays(
         seeded: Seeded, api: tuple[str, requests.Session]) -> None:
     url, _ = api
-    code = readme_trainer()
+    code = documented_trainer()
     assert "http://127.0.0.1:8787" in code
     names: dict[str, Any] = {}
-    # the README's samples are the reader's own; these are the trainer's for the test
+    # the page's samples are the reader's own; these are the trainer's for the test
     prelude = code.split("with EnvcheckClient", 1)[0]
-    exec(compile(prelude, "README.md", "exec"), names)
+    exec(compile(prelude, TRAINER_PAGE, "exec"), names)
     sample = names["Sample"]
     samples = [sample("t-hack", at(3), 1.0, "task-1"),        # hackable all along: replay
                sample("t-flaky", at(3), 0.0, "task-2"),       # a zero of a flaky sandbox
@@ -561,7 +562,7 @@ def test_the_readme_trainer_drops_relabels_and_replays(
     rest = "with EnvcheckClient" + code.split("with EnvcheckClient", 1)[1]
     exec(compile(rest.replace("http://127.0.0.1:8787", url).replace('suite="demo"',
                                                                      'suite="train"'),
-                 "README.md", "exec"), names)
+                 TRAINER_PAGE, "exec"), names)
     kept, dropped, replay = names["kept"], names["dropped"], names["replay"]
     assert [s.task for s in kept] == ["task-2", "task-4", "task-5", "task-6"]
     assert kept[0].reward is None and kept[0].weight == 0.0  # relabelled

@@ -313,7 +313,7 @@ if tricks:
     st.caption("Each trick played by a do-nothing agent in a fresh container, then the "
                "environment's own verification: `rewarded` is a hole (reason "
                "`reward_hackable`); `could not act` proves nothing either way; see the "
-               "README's \"Is my verifier hack-resistant?\".")
+               "documentation's \"Is my verifier hack-resistant?\".")
 
 # --- image digests and transitions ---------------------------------------------------------------
 

@@ -45,8 +45,8 @@ ROLLOUTS = RolloutPolicy()  # the defaults
 
 
 def _rollouts(name: str, metavar: str, what: str) -> Any:
-    """An option of the rollouts' sequential test (README "Rollouts as evidence"), with its
-    ``ENVCHECK_ROLLOUT_*`` variable."""
+    """An option of the rollouts' sequential test (docs/explanation/health.md, "Rollouts as
+    evidence"), with its ``ENVCHECK_ROLLOUT_*`` variable."""
     return typer.Option(envvar=f"ENVCHECK_ROLLOUT_{name}", metavar=metavar,
                         help=f"the rollouts' test: {what}")
 
@@ -54,7 +54,7 @@ def _rollouts(name: str, metavar: str, what: str) -> Any:
 def daemon(
     paths: CataloguePaths,
     # Every option has a variable too: a container or a service unit configures the daemon
-    # by its environment (images/envcheck/, README "Deploy").
+    # by its environment (images/envcheck/, docs/how-to/deploy.md).
     host: Annotated[str, typer.Option(envvar="ENVCHECK_HOST",
                                       help="listen address of the HTTP port")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="ENVCHECK_PORT",

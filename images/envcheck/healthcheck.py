@@ -3,7 +3,7 @@ Standard library only.
 
 Healthy: /readyz answers 200 (this daemon writes the store; store and engine usable), or 503
 from a healthy standby: its role is ``standby`` and its one check, the lease, names the daemon
-that holds it (README "Deploy"). Unhealthy otherwise: an active daemon whose store or engine
+that holds it (docs/how-to/deploy.md). Unhealthy otherwise: an active daemon whose store or engine
 fails (a 503 of role ``active``), a standby whose store does not answer its look at the lease
 (its lease check an ``error:``), a daemon still starting, or no answer. What it prints is
 what ``docker inspect`` shows in the container's health log.

@@ -1,5 +1,6 @@
 """The README's two commands as a new user meets them: a fresh clone, one command after the
-other in fresh shells, and every command the scripts print pasted as printed.
+other in fresh shells, and every command the scripts print pasted as printed; then the
+tutorial (docs/tutorial.md), every command of it as written, beside the running main job.
 
 The outer test command (``scripts/test.sh``) has already run the set-up; these tests then run
 the main job from a fresh clone, so together they are "test.sh, then run.sh".
@@ -21,6 +22,7 @@ import pytest
 import requests
 
 from tests.conftest import ROOT
+from tests.docs_pages import blocks, page
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -133,6 +135,36 @@ def paste(line: str, cwd: Path) -> str:
     return f"path {path}"
 
 
+def tutorial_steps() -> tuple[str, list[str]]:
+    """The tutorial's first block (what the main job fixture does) and the blocks after it."""
+    first, *steps = blocks(page("tutorial.md"), "bash")
+    return first, steps
+
+
+def follow_the_tutorial(clone: Path, printed: list[str]) -> list[str]:
+    """Every command of the tutorial after ``scripts/run.sh``, as written, in a new shell in
+    the folder the clone is in (the tutorial's ``cd envcheck``), the ports the ones this main
+    job printed; the output of each block."""
+    first, steps = tutorial_steps()
+    assert first.rstrip().endswith("scripts/run.sh"), first  # what main_job runs
+    assert clone.name == "envcheck"
+    [api] = re.findall(r"API\s+(http://127\.0\.0\.1:\d+)/docs", "\n".join(printed))
+    [dashboard] = re.findall(r"dashboard\s+(http://127\.0\.0\.1:\d+)", "\n".join(printed))
+    marker = "--- tutorial step {} ---"
+    script = "\n".join(f"echo '{marker.format(i)}'; echo '{marker.format(i)}' >&2\n{step}"
+                       for i, step in enumerate(steps))
+    script = (script.replace("http://127.0.0.1:8787", api)
+              .replace("http://127.0.0.1:8501", dashboard))
+    proc = subprocess.run(["bash", "-c", script], cwd=clone.parent,
+                          env=new_shell_env(COLUMNS="200"),  # a terminal's width
+                          capture_output=True, text=True, timeout=600, check=False)
+    outs = re.split(r"--- tutorial step \d+ ---\n", proc.stdout)[1:]
+    errs = re.split(r"--- tutorial step \d+ ---\n", proc.stderr)[1:]
+    assert len(outs) == len(errs) == len(steps), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return [out + err for out, err in zip(outs, errs, strict=True)]
+
+
 def test_main_job_from_a_fresh_clone_prints_only_what_works(
         fresh_clone: Path, main_job: tuple[subprocess.Popen[str], list[str]],
         tmp_path: Path) -> None:
@@ -144,6 +176,18 @@ def test_main_job_from_a_fresh_clone_prints_only_what_works(
     checked = [paste(line, elsewhere) for line in printed]
     assert sum(c.startswith("command") for c in checked) >= 1, checked
     assert sum(c.startswith("urls") for c in checked) >= 3, checked
+
+    # The tutorial, beside this main job: its commands as written, what it says they show.
+    check, quarantine, schedulers, own = follow_the_tutorial(fresh_clone, lines)
+    assert re.search(r"demo-tool-missing\s+terminal\s+fail\s+tool_missing", check), check
+    assert re.search(r"demo-healthy\s+terminal\s+pass\s+ok", check), check
+    assert re.search(r"demo-image-missing\s+terminal\s+error\s+image_missing", check), check
+    assert re.search(r"│ demo-tool-missing\s+│ demo\s+│ broken\s+│ auto", quarantine), quarantine
+    assert "-> in" in quarantine  # the history: the transition into quarantine
+    assert ("excluded demo-tool-missing: quarantined (auto): broken: terminal: tool_missing"
+            in schedulers), schedulers
+    assert '"suite":"demo"' in schedulers.replace(" ", "") and "allowlist-demo.txt" in schedulers
+    assert re.search(r"my-first-environment\s+terminal\s+pass\s+ok", own), own
 
     # The other README command's set-up, in a fresh shell while the main job runs: it neither
     # waits on a lock nor reinstalls the venv (same extras, or a subset of them).

@@ -13,8 +13,8 @@ deleted test file comes back): the result names the files the trick changed and 
 test patch put back, so a refusal says whether the verifier or the patch refused it. What
 the patch does not touch (a ``conftest.py``, start-up hooks in site-packages, files beside
 the tests) only the test command can refuse: the harness's own ``pytest -rA`` lets them in,
-an isolated interpreter with ``--noconftest`` does not (README, "Is my verifier
-hack-resistant?"). The result says so (``protocol``).
+an isolated interpreter with ``--noconftest`` does not (docs/how-to/hack-resistant.md, "Is my
+verifier hack-resistant?"). The result says so (``protocol``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Harbor verifier, hardened against reward hacks (README: "Is my verifier hack-resistant?").
+# Harbor verifier, hardened against reward hacks (docs/how-to/hack-resistant.md).
 # The agent is root here and the image is its to change, so: the verifier's own PATH and the
 # interpreter by absolute path, isolated (-I: no user site, no PYTHON* variables, no current
 # folder on sys.path) and without the site module (-S: no .pth or sitecustomize start-up hook
