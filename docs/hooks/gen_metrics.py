@@ -53,6 +53,21 @@ def _seed(store: Any, catalogue: Any) -> None:
                                                       "reason": "rollout_failures"}}, None)
 
 
+def _registry_stats() -> Any:
+    """The registry stage's counters with one of each: a look, a pull, an eviction, a hit and
+    a miss under a budget (a daemon with ``pull: watch`` environments exports them)."""
+    from envcheck.registry.stats import RegistryStats
+
+    stats = RegistryStats()
+    stats.looked("ghcr.io", "ok", 0.05, rate_remaining=4999)
+    stats.pulled("ghcr.io", "ok", 12.0, 256 << 20)
+    stats.cache(1 << 30, 20 << 30)
+    stats.evicted(256 << 20)
+    stats.looked_up(hit=True)
+    stats.looked_up(hit=False)
+    return stats
+
+
 def metric_families(store: Any, root: Path) -> list[Family]:
     """Every family of a scrape, in the exposition's order."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -60,6 +75,7 @@ def metric_families(store: Any, root: Path) -> list[Family]:
     from envcheck.catalogue.loader import load_catalogue
     from envcheck.feed.assess import StoreAssessment
     from envcheck.metrics import StoreMetrics
+    from envcheck.metrics.images import RegistrySeries
     from envcheck.metrics.own import own_registry
     from envcheck.schedule.budget import BudgetLimits
     from envcheck.schedule.scheduler import ProbeScheduler
@@ -70,7 +86,9 @@ def metric_families(store: Any, root: Path) -> list[Family]:
     scheduler = ProbeScheduler(catalogue, executor=None, store=store,  # type: ignore[arg-type]
                                assessment=StoreAssessment(store),
                                budget=BudgetLimits(fleet=36000.0, suites={"demo": 3600.0}))
-    metrics = StoreMetrics(store, scheduler, registry=own_registry(lambda: True))
+    own = own_registry(lambda: True)
+    own.register(RegistrySeries(_registry_stats().snapshot))
+    metrics = StoreMetrics(store, scheduler, registry=own)
     metrics.render()  # the counters count what is stored from the first scrape on
     _seed(store, catalogue)
     text = metrics.render().decode()
