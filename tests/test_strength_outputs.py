@@ -79,7 +79,8 @@ def test_python_outputs_get_the_python_operators_on_every_line() -> None:
     gen = output_mutants({"solution.py": code}, "seed", cap=None)
     assert {m.operator for m in gen.mutants} == {
         Operator.RETURN_NONE, Operator.ARGUMENT_DROPPED, Operator.COMPARISON_FLIP,
-        Operator.INT_PLUS_ONE, Operator.INT_MINUS_ONE}
+        Operator.INT_PLUS_ONE, Operator.INT_MINUS_ONE, Operator.CALL_UNWRAPPED,
+        Operator.EARLY_RETURN}
     for m in gen.mutants:
         compile(m.content, "solution.py", "exec")
 

@@ -216,23 +216,40 @@ class LeakChecks(CatalogueModel):
         "paths in the image that hold the verifier's pristine or hidden tests: likewise"))
 
 
+# mutants told apart from the fix a strength score needs (Strength.min_competent's default)
+MIN_COMPETENT = 3
+
+
 class Strength(CatalogueModel):
     """Wrong-fix controls: mutants of the gold patch's added lines (and the gold patch with a
     hunk or a file left out), each a candidate patch through the verification; the share the
-    tests refuse is the score (``weak_verifier`` below ``min_score``). Run once per image
-    digest and spec, results reused after."""
+    tests refuse of those told apart from the fix is the score (``weak_verifier`` below
+    ``min_score``, ``strength_not_measurable`` with fewer than ``min_competent``). Run once
+    per image digest and spec, results reused after."""
 
     require: bool = Field(False, description=(
         "a score below min_score fails the probe (quarantines) instead of a degraded pass"))
     min_score: float = Field(0.8, ge=0.0, le=1.0, description=(
-        "the share of competent mutants the tests must kill (0.8: some mutants are "
-        "equivalent to the fix, so 1.0 is not asked)"))
+        "the share of the mutants told apart from the fix (killed, or surviving with a "
+        "behaviour of their own on the tests' inputs) the tests must kill"))
+    min_competent: int = Field(MIN_COMPETENT, ge=1, le=100, description=(
+        "mutants told apart from the fix needed for a score; fewer: strength_not_measurable "
+        "(a degraded pass, required or not)"))
     mutants: int = Field(24, ge=1, le=200, description=(
         "mutants played at most (each costs a container and a test run or two), sampled "
         "across operators, seeded by the image digest and the spec"))
     partial: bool = Field(True, description=(
         "also play the gold patch with one hunk or one file left out (reported beside the "
         "score, not in it)"))
+
+    @model_serializer(mode="wrap")
+    def _later_defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """``min_competent`` came later: at its default it is left out of dumps, so a spec
+        that does not set it keeps the hash it had before."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("min_competent") == MIN_COMPETENT:
+            del data["min_competent"]
+        return data
 
 
 # The controls a verification spec may declare (a dataset entry's keys of the same names).

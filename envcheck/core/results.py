@@ -91,6 +91,7 @@ class Reason(StrEnum):
     SOLUTION_IN_IMAGE = "solution_in_image"
     TESTS_IN_IMAGE = "tests_in_image"
     WEAK_VERIFIER = "weak_verifier"
+    STRENGTH_NOT_MEASURABLE = "strength_not_measurable"
     # reward-file verifiers (Harbor task folders)
     IMAGE_BUILD_FAILED = "image_build_failed"
     # multi-container (compose) tasks
@@ -187,10 +188,15 @@ REASON_DOCS: dict[Reason, str] = {
     Reason.TESTS_IN_IMAGE: "the sandbox user can read the hidden tests in the image: their "
                            "files by content, or a path declared to hold them (degraded; a "
                            "fail where leak checks are required)",
-    Reason.WEAK_VERIFIER: "wrong fixes earn the reward: too few mutants of the gold patch "
-                          "(or of a script oracle's output files) are refused by the verifier "
-                          "(score below strength.min_score; "
+    Reason.WEAK_VERIFIER: "wrong fixes earn the reward: too few of the mutants of the gold "
+                          "patch told apart from it (or of a script oracle's output files) "
+                          "are refused by the verifier (score below strength.min_score; "
                           "degraded; a fail where strength is required)",
+    Reason.STRENGTH_NOT_MEASURABLE: "the verifier's strength could not be measured: fewer "
+                                    "than strength.min_competent mutants told apart from the "
+                                    "fix, no control playable, or survivors that could not be "
+                                    "classified would decide (degraded, whether strength is "
+                                    "required or not)",
     Reason.IMAGE_BUILD_FAILED: "the task's environment/Dockerfile (or a compose service's "
                                "build context) does not build",
     Reason.COMPOSE_INVALID: "the task's docker-compose.yaml cannot be read, has no agent "
@@ -265,7 +271,8 @@ _OK_REASONS = frozenset({Reason.OK, Reason.NOT_APPLICABLE})
 LEAK_REASONS = frozenset({Reason.SOLUTION_LEAKED, Reason.SOLUTION_IN_IMAGE,
                           Reason.TESTS_IN_IMAGE})
 DEGRADED_REASONS = frozenset({Reason.RECOVERED_AFTER_RETRY, Reason.REWARD_HACKABLE,
-                              Reason.WEAK_VERIFIER} | LEAK_REASONS)
+                              Reason.WEAK_VERIFIER, Reason.STRENGTH_NOT_MEASURABLE}
+                             | LEAK_REASONS)
 # Degraded reasons that may also carry a ``fail``: where the weakness is required absent.
 _DEGRADED_OR_FAILING = frozenset({Reason.REWARD_HACKABLE, Reason.WEAK_VERIFIER}
                                  | LEAK_REASONS)

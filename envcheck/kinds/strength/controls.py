@@ -20,17 +20,20 @@ from envcheck.catalogue.probe_specs import Strength, TestSpec
 from envcheck.core.results import ProbeKind, Status
 from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.base import ProbeContext, Verdict
-from envcheck.kinds.strength.diffs import PatchError
+from envcheck.kinds.strength.diffs import PatchError, parse_patch
 from envcheck.kinds.strength.gold import patch_mutants
 from envcheck.kinds.strength.model import Mutant, Skipped
 from envcheck.kinds.strength.outputs_play import output_target, play_outputs
 from envcheck.kinds.strength.partial import partial_patches
 from envcheck.kinds.strength.play import mutable_files, post_images, readable, trial
 from envcheck.kinds.strength.sampling import Generation
+from envcheck.kinds.strength.survivors import classify
 from envcheck.kinds.strength.verdict import (
     DETAIL_KEY,
     OUTPUTS,
     PATCH,
+    RULES,
+    Outcome,
     Played,
     StrengthOutcome,
     judge,
@@ -55,8 +58,9 @@ def _generated(gen: Generation[Mutant], seed: str, plan: Strength,
     unread = {s.file for s in read}
     skipped = [*read, *(s for s in gen.skipped if s.file not in unread)]
     return {"seed": seed, "cap": plan.mutants, "partial": plan.partial, "of": PATCH,
-            "mutants": len(gen.mutants), "sites": {str(k): v for k, v in gen.sites.items()},
-            "rejected": dict(rejected),
+            "rules": RULES, "mutants": len(gen.mutants),
+            "sites": {str(k): v for k, v in gen.sites.items()},
+            "tried": {str(k): v for k, v in gen.tried.items()}, "rejected": dict(rejected),
             "skipped": [{"file": s.file, "why": s.why} for s in skipped]}
 
 
@@ -89,12 +93,14 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
     if not gen.mutants and not partials:
         outcome.not_played = ("no mutant could be made of the gold patch's added lines (no "
                               "Python line to mutate) and no partial patch")
-    todo = [(m.description, m.file, m.line, str(m.operator), m.diff, m.patch)
-            for m in gen.mutants] + [(p.description, p.file, None, None, "", p.patch)
-                                     for p in partials]
-    for i, (description, file, line, operator, diff, patch) in enumerate(todo):
+    todo: list[tuple[Mutant | None, str, str, int | None, str | None, str, str]] = [
+        (m, m.description, m.file, m.line, str(m.operator), m.diff, m.patch)
+        for m in gen.mutants] + [(None, p.description, p.file, None, None, "", p.patch)
+                                 for p in partials]
+    survivors: list[tuple[Played, Mutant]] = []
+    for i, (mutant, description, file, line, operator, diff, patch) in enumerate(todo):
         if deadline.expired():
-            outcome.unplayed = [d for d, *_ in todo[i:]]
+            outcome.unplayed = [d for _, d, *_ in todo[i:]]
             break
         kind = "mutant" if operator is not None else "partial patch"
         done = trial(ctx, spec, patch, f"{kind} {i + 1}: {description}")
@@ -102,8 +108,25 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
         played = Played(description, done.outcome, done.detail, file, line, operator,
                         diff, done.evidence)
         (outcome.mutants if operator is not None else outcome.partials).append(played)
+        if mutant is not None and done.outcome is Outcome.SURVIVED:
+            survivors.append((played, mutant))
+    if survivors:
+        _classified(ctx, spec, outcome, survivors, images.texts, deadline)
     outcome.seconds = time.monotonic() - started
     return outcome
+
+
+def _classified(ctx: ProbeContext, spec: TestSpec, outcome: StrengthOutcome,
+                survivors: list[tuple[Played, Mutant]], texts: dict[str, str],
+                deadline: Deadline) -> None:
+    """The survivors in ``outcome`` replaced by themselves classified (:mod:`.survivors`)."""
+    assert spec.oracle is not None and spec.oracle.patch is not None
+    done = classify(ctx, spec, parse_patch(spec.oracle.patch), texts, survivors, deadline)
+    classes = {id(played): found for (played, _), found in zip(survivors, done.survivors,
+                                                                strict=True)}
+    outcome.mutants = [classes.get(id(m), m) for m in outcome.mutants]
+    outcome.runs += done.runs
+    outcome.cut_short = done.cut_short
 
 
 def with_strength_controls(ctx: ProbeContext, verdict: Verdict) -> Verdict:

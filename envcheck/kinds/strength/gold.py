@@ -24,6 +24,7 @@ from envcheck.kinds.strength.diffs import (
 from envcheck.kinds.strength.model import Mutant, Skipped
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
 from envcheck.kinds.strength.pysource import PythonSource
+from envcheck.kinds.strength.reverts import revert_variants
 from envcheck.kinds.strength.sampling import Generation, Rejection, Variant, take
 
 __all__ = ["DEFAULT_CAP", "patch_mutants"]
@@ -80,6 +81,7 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
     variants: list[Variant] = []
     for file in files.values():
         variants.extend(file.source.variants(file.fp.added_lines()))
+        variants.extend(revert_variants(file.fp, file.source, file.base))
 
     def accept(variant: Variant, text: str) -> Rejection | Mutant:
         file = files[variant.file]
@@ -92,6 +94,6 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
             return Rejection.SAME_AS_BASE
         diff = unified_section(variant.file, variant.file, file.source.text, text)
         return Mutant(variant.operator, variant.file, variant.line, variant.description, diff,
-                      patch.render(sections))
+                      patch.render(sections), text)
 
     return take(variants, seed, cap, accept, skipped)

@@ -3,7 +3,7 @@ a mutant of a gold patch, a mutant of an oracle's output file and a partial patc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -23,6 +23,10 @@ class Family(StrEnum):
     RETURN = "return"
     STATEMENT = "statement"
     CALL = "call"
+    BRANCH = "branch"  # the shapes of real wrong fixes from here (pyfixes, reverts)
+    EXIT = "exit"
+    EXCEPTION = "exception"
+    REVERT = "revert"
     NUMBER = "number"  # the output operators' families from here
     RECORD = "record"
     TRUNCATION = "truncation"
@@ -40,6 +44,16 @@ class Operator(StrEnum):
     RETURN_NONE = "return_none"  # return x -> return None
     STATEMENT_REMOVED = "statement_removed"  # -> pass (never a return: return_none is that)
     ARGUMENT_DROPPED = "argument_dropped"  # f(a, b) -> f(b), not for fixed-arity builtins
+    # shaped like real wrong fixes (OPERATOR_DOCS says which each stands for)
+    BRANCH_REMOVED = "branch_removed"  # an added if, elif, else or except clause deleted
+    EARLY_RETURN = "early_return"  # return None before a run of added statements
+    CONDITION_TRUE = "condition_true"  # if c -> if True
+    CONDITION_FALSE = "condition_false"  # if c -> if False
+    CALL_UNWRAPPED = "call_unwrapped"  # f(x) -> x, x.m() -> x
+    CALL_DROPPED = "call_dropped"  # an added call statement deleted
+    EXCEPTION_SWALLOWED = "exception_swallowed"  # try/except Exception: pass; except X broadened
+    LOOP_EXIT_SWAPPED = "loop_exit_swapped"  # continue / break / return None swapped
+    PARTIAL_REVERT = "partial_revert"  # one changed line or change block put back as before
     NUMBER_CHANGED = "number_changed"  # outputs: one number + 1
     LINE_DROPPED = "line_dropped"  # outputs: one line of a text file
     RECORD_DROPPED = "record_dropped"  # outputs: one CSV row, one JSON element or member
@@ -62,6 +76,15 @@ _FAMILIES = {
     Operator.RETURN_NONE: Family.RETURN,
     Operator.STATEMENT_REMOVED: Family.STATEMENT,
     Operator.ARGUMENT_DROPPED: Family.CALL,
+    Operator.BRANCH_REMOVED: Family.BRANCH,
+    Operator.EARLY_RETURN: Family.EXIT,
+    Operator.CONDITION_TRUE: Family.CONDITION,
+    Operator.CONDITION_FALSE: Family.CONDITION,
+    Operator.CALL_UNWRAPPED: Family.CALL,
+    Operator.CALL_DROPPED: Family.CALL,
+    Operator.EXCEPTION_SWALLOWED: Family.EXCEPTION,
+    Operator.LOOP_EXIT_SWAPPED: Family.EXIT,
+    Operator.PARTIAL_REVERT: Family.REVERT,
     Operator.NUMBER_CHANGED: Family.NUMBER,
     Operator.LINE_DROPPED: Family.RECORD,
     Operator.RECORD_DROPPED: Family.RECORD,
@@ -99,9 +122,11 @@ class Mutant(Changed):
     ``diff`` against the gold post-image).
 
     ``patch`` is the candidate, a unified diff against the base (the gold patch with this
-    file's post-image replaced by the mutant's), for the same apply path as the gold patch."""
+    file's post-image replaced by the mutant's), for the same apply path as the gold patch;
+    ``text`` the mutated file whole (what its recorded run's functions are found in)."""
 
     patch: str
+    text: str = field(default="", compare=False, repr=False)
 
 
 @dataclass(frozen=True)

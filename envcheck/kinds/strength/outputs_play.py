@@ -28,7 +28,14 @@ from envcheck.kinds.strength.outputs import output_mutants
 from envcheck.kinds.strength.play import Trial
 from envcheck.kinds.strength.sampling import Generation
 from envcheck.kinds.strength.scripted import ScriptedOutputs
-from envcheck.kinds.strength.verdict import OUTPUTS, Played, StrengthOutcome
+from envcheck.kinds.strength.verdict import (
+    OUTPUTS,
+    RULES,
+    Outcome,
+    Played,
+    StrengthOutcome,
+    Survivor,
+)
 from envcheck.kinds.strength.written import Discovery, Owner, Written, read_originals
 from envcheck.sandbox.base import Deadline, Sandbox
 
@@ -73,8 +80,10 @@ def _generated(gen: Generation[OutputMutant], seed: str, plan: Strength,
         rejected[f"{op}: {why}"] += n
     # partial: the plan's, so the stored sample matches (a script oracle has no hunks)
     return {"seed": seed, "cap": plan.mutants, "partial": plan.partial, "of": OUTPUTS,
-            "mutants": len(gen.mutants), "sites": {str(k): v for k, v in gen.sites.items()},
-            "rejected": dict(rejected), **written.summary(),
+            "rules": RULES, "mutants": len(gen.mutants),
+            "sites": {str(k): v for k, v in gen.sites.items()},
+            "tried": {str(k): v for k, v in gen.tried.items()}, "rejected": dict(rejected),
+            **written.summary(),
             "skipped": [{"file": f"/{s.file}", "why": s.why} for s in gen.skipped]}
 
 
@@ -117,8 +126,12 @@ def play_outputs(ctx: ProbeContext, target: OutputTarget, plan: Strength,
         done = target.trial(mutant, written.owners[mutant.file],
                             f"wrong output {i + 1}: {mutant.file}: {mutant.description}")
         outcome.runs += done.runs
-        outcome.mutants.append(Played(mutant.description, done.outcome, done.detail,
-                                      mutant.file, mutant.line, str(mutant.operator),
-                                      mutant.diff, done.evidence))
+        # a wrong output differs from the oracle's by construction: a survivor is confirmed
+        confirmed = done.outcome is Outcome.SURVIVED
+        outcome.mutants.append(Played(
+            mutant.description, done.outcome, done.detail, mutant.file, mutant.line,
+            str(mutant.operator), mutant.diff, done.evidence,
+            survivor=Survivor.CONFIRMED if confirmed else None,
+            why="the file differs from the one the oracle wrote" if confirmed else ""))
     outcome.seconds = time.monotonic() - started
     return outcome

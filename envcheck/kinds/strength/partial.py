@@ -17,6 +17,7 @@ from dataclasses import replace
 from envcheck.kinds.strength.diffs import FilePatch, Patch, PatchError, parse_patch, preimage
 from envcheck.kinds.strength.model import PartialPatch
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
+from envcheck.kinds.strength.pysource import without_docstrings
 from envcheck.kinds.strength.sampling import seeded
 
 __all__ = ["DEFAULT_PARTIAL_CAP", "partial_patches"]
@@ -30,13 +31,7 @@ def _meaning(text: str) -> str | None:
             tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            body[0] = ast.Pass()
-    return ast.dump(tree)
+    return ast.dump(without_docstrings(tree))
 
 
 def _equivalent(fp: FilePatch, index: int, post: str | None) -> bool:

@@ -8,7 +8,11 @@ from typing import Any
 import libcst as cst
 
 __all__ = ["FIXED_ARITY", "STRINGS", "augmented_flip", "binary_flip", "boolean_flip",
-           "comparison_flip", "dotted", "integer", "negated", "spaced", "without_argument"]
+           "comparison_flip", "dotted", "integer", "is_log_call", "negated", "spaced",
+           "without_argument"]
+
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception",
+                          "critical", "fatal", "log"})
 
 _CMP_SWAPS: dict[type[cst.BaseCompOp], type[cst.BaseCompOp]] = {
     cst.LessThan: cst.LessThanEqual, cst.LessThanEqual: cst.LessThan,
@@ -126,3 +130,25 @@ def dotted(node: cst.BaseExpression) -> list[str]:
     if isinstance(node, cst.Attribute):
         return [*dotted(node.value), node.attr.value]
     return []
+
+
+def _called(node: cst.BaseExpression) -> list[str]:
+    """``a.b(x).c`` as ``["a", "b", "c"]``: the names along a chain of attributes and calls."""
+    if isinstance(node, cst.Call):
+        return _called(node.func)
+    if isinstance(node, cst.Attribute):
+        return [*_called(node.value), node.attr.value]
+    return [node.value] if isinstance(node, cst.Name) else []
+
+
+def is_log_call(call: cst.Call) -> bool:
+    """``print``, ``warnings.warn``, ``sys.stderr.write`` and a logger's methods (called on
+    ``logging``, ``log``, ``logger``, ``self._log``, ``logging.getLogger(...)``)."""
+    names = _called(call.func)
+    if names in (["print"], ["warnings", "warn"]) or names[:2] in (["sys", "stderr"],
+                                                                   ["sys", "stdout"]):
+        return True
+    if len(names) < 2 or names[-1] not in _LOG_METHODS:
+        return False
+    receiver = names[-2].lower().strip("_")
+    return receiver in ("log", "logging") or receiver.endswith("logger")

@@ -21,12 +21,10 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from envcheck.kinds.strength import pyedits as edit
 from envcheck.kinds.strength.model import Operator
+from envcheck.kinds.strength.pyedits import is_log_call
+from envcheck.kinds.strength.pyfixes import FixSites
 
 __all__ = ["Site", "find_sites", "is_log_call", "leading_lines"]
-
-_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception",
-                          "critical", "fatal", "log"})
-
 
 @dataclass(frozen=True)
 class Site:
@@ -42,29 +40,7 @@ class Site:
     indents: tuple[str | None, ...]  # the blocks around it (None: the module's indent)
 
 
-def _called(node: cst.BaseExpression) -> list[str]:
-    """``a.b(x).c`` as ``["a", "b", "c"]``: the names along a chain of attributes and calls."""
-    if isinstance(node, cst.Call):
-        return _called(node.func)
-    if isinstance(node, cst.Attribute):
-        return [*_called(node.value), node.attr.value]
-    return [node.value] if isinstance(node, cst.Name) else []
-
-
-def is_log_call(call: cst.Call) -> bool:
-    """``print``, ``warnings.warn``, ``sys.stderr.write`` and a logger's methods (called on
-    ``logging``, ``log``, ``logger``, ``self._log``, ``logging.getLogger(...)``)."""
-    names = _called(call.func)
-    if names in (["print"], ["warnings", "warn"]) or names[:2] in (["sys", "stderr"],
-                                                                   ["sys", "stdout"]):
-        return True
-    if len(names) < 2 or names[-1] not in _LOG_METHODS:
-        return False
-    receiver = names[-2].lower().strip("_")
-    return receiver in ("log", "logging") or receiver.endswith("logger")
-
-
-class _Finder(cst.CSTVisitor):
+class _Finder(FixSites, cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self, module: cst.Module, added: frozenset[int] | None, shift: int = 0,
@@ -84,12 +60,14 @@ class _Finder(cst.CSTVisitor):
         self._top = top
         self._blocks: list[tuple[cst.IndentedBlock, str | None]] = []
         self._statements: list[tuple[cst.BaseStatement, tuple[str | None, ...]]] = []
+        self._init_fixes()
         self._handlers: dict[type[cst.CSTNode], Callable[[Any], bool | None]] = {
             cst.Annotation: lambda _: False, cst.FormattedString: lambda _: False,
             cst.FunctionDef: lambda n: n.name.value not in ("__repr__", "__str__"),
             cst.Call: self._call, cst.Expr: self._expr, cst.If: self._if,
             cst.While: self._while, cst.For: self._remove_block, cst.With: self._remove_block,
-            cst.Try: self._remove_block, cst.IfExp: self._if_exp,
+            cst.Try: self._try, cst.IfExp: self._if_exp, cst.IndentedBlock: self._block,
+            cst.Continue: self._loop_exit, cst.Break: self._loop_exit,
             cst.Assign: self._remove_small, cst.AugAssign: self._aug_assign,
             cst.AnnAssign: self._ann_assign,
             cst.Raise: self._raise, cst.Del: self._remove_small,
@@ -110,10 +88,12 @@ class _Finder(cst.CSTVisitor):
             self._statements.append((node, blocks))  # an elif goes with its if
         elif isinstance(node, cst.IndentedBlock):
             self._blocks.append((node, node.indent))
+        self._enter(node)
         handler = self._handlers.get(type(node))
         return handler is None or handler(node) is not False  # False: not its children
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._leave(original_node)
         if self._statements and self._statements[-1][0] is original_node:
             self._statements.pop()
         elif self._blocks and self._blocks[-1][0] is original_node:
@@ -126,6 +106,9 @@ class _Finder(cst.CSTVisitor):
             return span
         return CodeRange((span.start.line + self._shift, span.start.column),
                          (span.end.line + self._shift, span.end.column))
+
+    def _starts_added(self, node: cst.CSTNode) -> bool:
+        return self.added is None or self._range(node).start.line in self.added
 
     def _anchored(self, nodes: tuple[cst.CSTNode, ...]) -> bool:
         if self.added is None:
@@ -162,6 +145,7 @@ class _Finder(cst.CSTVisitor):
         if id(node) in self._raised or (isinstance(node.func, cst.Name)
                                         and node.func.value in edit.FIXED_ARITY):
             return True  # a raised exception's message; a builtin that takes so many
+        self._unwrap(node)
         name = self._code(node.func, 30)
         for i, arg in enumerate(node.args):
             shown = self._code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
@@ -174,7 +158,13 @@ class _Finder(cst.CSTVisitor):
     def _expr(self, node: cst.Expr) -> bool:
         if isinstance(node.value, edit.STRINGS):
             return False  # a docstring, or a string said for nothing
-        if not (isinstance(node.value, cst.Call) and is_log_call(node.value)):
+        value = node.value.expression if isinstance(node.value, cst.Await) else node.value
+        if isinstance(value, cst.Call):
+            if not is_log_call(value):
+                self._add(Operator.CALL_DROPPED, node, f"call `{self._code(value)}` removed",
+                          node, cst.Pass(semicolon=node.semicolon))
+                self._statement_calls.add(id(value))
+        else:
             self._remove_small(node)
         return True
 
@@ -186,11 +176,15 @@ class _Finder(cst.CSTVisitor):
         if node.value is not None:  # a bare annotation is no statement to remove
             self._remove_small(node)
 
-    def _remove_block(self, node: cst.BaseCompoundStatement) -> None:
+    def _remove_block(self, node: cst.BaseCompoundStatement,
+                      op: Operator = Operator.STATEMENT_REMOVED) -> None:
         first = self._code(node).split(":")[0]
         replacement = cst.SimpleStatementLine([cst.Pass()], leading_lines=node.leading_lines)
-        self._add(Operator.STATEMENT_REMOVED, node, f"block `{first}:` removed", node,
-                  replacement)
+        self._add(op, node, f"block `{first}:` removed", node, replacement)
+
+    def _try(self, node: cst.Try) -> None:
+        self._remove_block(node)
+        self._handlers_of(node)
 
     def _raise(self, node: cst.Raise) -> None:
         if isinstance(node.exc, cst.Call):
@@ -198,6 +192,7 @@ class _Finder(cst.CSTVisitor):
         self._remove_small(node)
 
     def _return(self, node: cst.Return) -> None:
+        self._loop_exit(node)
         value = node.value
         if value is None or (isinstance(value, cst.Name) and value.value == "None"):
             return
@@ -223,8 +218,10 @@ class _Finder(cst.CSTVisitor):
         word = "elif" if elif_ else "if"
         self._add(Operator.NEGATE_CONDITION, node.test,
                   f"`{word} {self._code(node.test)}` negated", node, changed)
+        self._constant_conditions(node, word)
+        self._branches(node)
         if not elif_:  # an elif goes with its if
-            self._remove_block(node)
+            self._remove_block(node, Operator.BRANCH_REMOVED)
         return True
 
     def _while(self, node: cst.While) -> None:
@@ -240,6 +237,7 @@ class _Finder(cst.CSTVisitor):
                                     whitespace_after_if=edit.spaced(node.whitespace_after_if))
         self._add(Operator.NEGATE_CONDITION, node.test,
                   f"condition `{self._code(node.test)}` negated", node, changed)
+        self._constant_conditions(node, "if")
 
     # -- expressions ----------------------------------------------------------------------
     def _comparison(self, node: cst.Comparison) -> None:

@@ -20,6 +20,7 @@ to 3.14 whatever runs envcheck) and compared as text, whole.
 from __future__ import annotations
 
 import ast
+import bisect
 import warnings
 from collections.abc import Hashable
 from functools import partial
@@ -30,7 +31,7 @@ import libcst as cst
 from envcheck.kinds.strength.pysites import Site, find_sites, leading_lines
 from envcheck.kinds.strength.sampling import Rejection, Variant
 
-__all__ = ["PythonSource", "statement_lines"]
+__all__ = ["PythonSource", "statement_lines", "without_docstrings"]
 
 
 class PythonSource:
@@ -51,13 +52,14 @@ class PythonSource:
 
     def _host_key(self, text: str) -> Hashable | None:
         """What the code does, as the host compiles it (bytecode, names and constants,
-        recursively; no line numbers): mutants equal in it are the same mutant, whatever
-        their text, as in trivial compiler equivalence. None if the host does not compile
-        it."""
+        recursively; no line numbers, no docstrings): mutants equal in it are the same
+        mutant, whatever their text, as in trivial compiler equivalence. None if the host
+        does not compile it."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escapes and the like: not ours
-                code = compile(text, self.path, "exec", dont_inherit=True, optimize=0)
+                tree = without_docstrings(ast.parse(text, self.path))
+                code = compile(tree, self.path, "exec", dont_inherit=True, optimize=0)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         return _shape(code)
@@ -82,6 +84,27 @@ class PythonSource:
         assert self._firsts is not None
         line = self._firsts[top] - leading_lines(self.module.body[top])
         return self._offsets[line - 1]
+
+    def with_lines(self, at: int, count: int, new: list[str]) -> str:
+        """The text with its ``count`` lines from ``at`` (0-based) replaced by ``new``; when
+        they lie inside one top-level statement, only that statement is compared (as a
+        site's mutant is)."""
+        end = self._offsets[at + count] if at + count < len(self._offsets) else len(self.text)
+        old = self.text[self._offsets[at]:end]
+        newline = "\n" if old.endswith("\n") or at + count < len(self._offsets) else ""
+        block = "".join(line + "\n" for line in new)
+        block = block if newline or not block else block[:-1]
+        text = self.text[:self._offsets[at]] + block + self.text[end:]
+        if self._firsts is not None and count:
+            starts = [f - leading_lines(s) for f, s in zip(self._firsts, self.module.body,
+                                                           strict=True)]
+            top = bisect.bisect_right(starts, at + 1) - 1
+            last = starts[top + 1] - 1 if top + 1 < len(starts) else len(self._offsets)
+            if top >= 0 and at + count <= last:
+                start = self._top_start(top)
+                stop = (self._top_start(top + 1) if top + 1 < len(starts) else len(self.text))
+                self._rendered[text] = (top, text[start:stop + len(block) - len(old)])
+        return text
 
     def _render(self, site: Site) -> str:
         done = self._splice(site, site.statement, site.indents, site.first_line)
@@ -140,6 +163,19 @@ class PythonSource:
         self._seen.add((where, key))
         return None
 
+
+
+def without_docstrings(tree: ast.Module) -> ast.Module:
+    """``tree`` with each docstring made a ``pass`` (in place): a change to one is no change
+    to what the code does."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
+                and isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body[0] = ast.copy_location(ast.Pass(), body[0])
+    return tree
 
 
 def statement_lines(module: cst.Module, text: str) -> list[int] | None:

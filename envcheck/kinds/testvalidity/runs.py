@@ -361,12 +361,14 @@ def _patches(spec: TestSpec, phase: Phase, acted: bool) -> tuple[list[Patch], li
 
 def execute(ctx: ProbeContext, spec: TestSpec, run: Run,
             action: Callable[[Sandbox], CommandEvidence] | None = None,
-            after_oracle: Callable[[Sandbox], Problem | None] | None = None) -> Run:
+            after_oracle: Callable[[Sandbox], Problem | None] | None = None,
+            after_tests: Callable[[Sandbox], None] | None = None) -> Run:
     """Do ``run`` in a fresh container (removed on return) and fill in what it showed.
     ``action``, if given, is the agent's only action (an adversarial control's trick): it runs
     after the preparation, in place of the oracle. ``after_oracle``, if given, runs after an
     oracle script, before any later patch and the tests (a wrong-output control's write); a
-    problem it returns ends the run there."""
+    problem it returns ends the run there. ``after_tests``, if given, runs once the tests
+    ran, in the same container (what they left read back)."""
     started = time.monotonic()
     early, late = _patches(spec, run.phase, acted=action is not None)
     with ctx.fresh_sandbox() as sandbox:
@@ -391,5 +393,7 @@ def execute(ctx: ProbeContext, spec: TestSpec, run: Run,
             run.problem = run.problem or runner.apply(patch)
         if run.problem is None:
             run.problem = runner.tests(oracle=chained)
+            if after_tests is not None:
+                after_tests(sandbox)
     run.duration_s = time.monotonic() - started
     return run

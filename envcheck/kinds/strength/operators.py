@@ -1,0 +1,81 @@
+"""What each wrong-fix operator does, and which real-world wrong fix it stands for: the table
+the README shows (``tests/test_strength_operators.py`` holds the two together), and the
+version of the operator set, part of the controls' evidence identity (an outcome played
+under another set is played again).
+
+The shapes after ``argument_dropped`` are those of the overfitting repairs that pass weak
+tests in the literature on patch correctness (Smith et al., "Is the cure worse than the
+disease?", FSE 2015; Xiong et al., "Identifying patch correctness in test-based program
+repair", ICSE 2018; Wang et al., "Are 'Solved Issues' in SWE-bench Really Solved
+Correctly?", ICSE 2026): the guard or branch deleted, the early exit, the hard-wired
+condition, the call's result dropped, the exception swallowed, the loop left the wrong way,
+part of the fix left out.
+"""
+
+from __future__ import annotations
+
+from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
+
+__all__ = ["OPERATORS_VERSION", "OPERATOR_DOCS"]
+
+OPERATORS_VERSION = "2"  # 1: the first thirteen; 2: the shapes of real wrong fixes added
+
+OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
+    Operator.COMPARISON_FLIP: (
+        "`<` and `<=`, `>` and `>=`, `==` and `!=`, `is` and `is not`, `in` and `not in` "
+        "swapped", "an off-by-one bound, a test of the wrong identity or membership"),
+    Operator.BOOLEAN_FLIP: ("`and` and `or` swapped", "a condition joined the wrong way"),
+    Operator.BOOLEAN_DROP: ("one operand of `and` / `or` dropped",
+                            "a condition missing a case"),
+    Operator.ARITHMETIC_FLIP: ("`+` and `-`, `*` and `/`, `//` and `/`, `%` and `//` swapped, "
+                               "and their augmented forms", "a wrong formula"),
+    Operator.NEGATE_CONDITION: ("the condition of an `if`, `elif`, `while` or `x if c else y` "
+                                "negated", "a branch taken the wrong way round"),
+    Operator.INT_PLUS_ONE: ("an integer + 1", "an off-by-one constant"),
+    Operator.INT_MINUS_ONE: ("an integer - 1", "an off-by-one constant"),
+    Operator.TRUE_FALSE: ("`True` and `False` swapped", "a flag set the wrong way"),
+    Operator.RETURN_NONE: ("`return x` becomes `return None`",
+                           "a stub that returns nothing"),
+    Operator.STATEMENT_REMOVED: ("an added statement (not a call, a branch or a return) "
+                                 "becomes `pass`", "a step of the fix forgotten"),
+    Operator.ARGUMENT_DROPPED: ("one argument of an added call dropped (not of a built-in "
+                                "that takes a fixed number)",
+                                "an argument the fix threads through left out"),
+    Operator.BRANCH_REMOVED: (
+        "an added `if` deleted whole, or an added `elif`, `else` or `except` clause deleted "
+        "(a `try` whose one handler the patch adds unwrapped)",
+        "the guard or special case the fix needs, missing: the patch that handles only the "
+        "tested path"),
+    Operator.EARLY_RETURN: (
+        "`return None` inserted before the first of a run of added statements in a function",
+        "an early exit: the patch that returns before the new logic (or a new function "
+        "left a stub)"),
+    Operator.CONDITION_TRUE: ("an added `if` / `elif` / `x if c else y` condition becomes "
+                              "`True`", "the special case hard-wired on: the condition the "
+                                        "test happens to meet, always taken"),
+    Operator.CONDITION_FALSE: ("an added `if` / `elif` / `x if c else y` condition becomes "
+                               "`False`", "the new branch never taken"),
+    Operator.CALL_UNWRAPPED: (
+        "an added call's result replaced by its first argument (`f(x)` -> `x`, "
+        "`os.path.join(a, b)` -> `a`), or a transforming method's by its receiver "
+        "(`s.strip()` -> `s`)", "the conversion or normalisation the fix adds, skipped"),
+    Operator.CALL_DROPPED: ("an added call statement deleted (not a logging call)",
+                            "the new call (an inference, a registration, a flush) dropped"),
+    Operator.EXCEPTION_SWALLOWED: (
+        "added statements that raise wrapped in `try: ... except Exception: pass`; an added "
+        "`except X` broadened to `except Exception`; an added guard deleted and the statement "
+        "it protects wrapped in `try: ... except Exception: pass`; the code a change replaced "
+        "put back inside `try: ... except Exception: pass`",
+        "the symptom silenced instead of fixed: an `AttributeError` or `KeyError` swallowed by "
+        "a broad `except`"),
+    Operator.LOOP_EXIT_SWAPPED: ("an added `continue`, `break` or bare `return` in a loop "
+                                 "swapped for one of the others",
+                                 "a loop left the wrong way: `continue` turned into "
+                                 "`return None`, a `break` that should skip one item"),
+    Operator.PARTIAL_REVERT: (
+        "one change block of a hunk holding several put back as before the fix, or one line "
+        "of a block of edited lines put back as it was",
+        "part of the fix left out: one of several edits made"),
+}
+
+assert set(OPERATOR_DOCS) == set(PYTHON_OPERATORS)
