@@ -28,12 +28,21 @@ from sqlalchemy import update
 
 from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.models import Environment, Suite
-from envcheck.catalogue.probe_specs import TRICK_NAMES, Adversarial, DependencySpec, TestSpec
+from envcheck.catalogue.probe_specs import (
+    TRICK_NAMES,
+    Adversarial,
+    DependencySpec,
+    Strength,
+    TestSpec,
+)
 from envcheck.core.results import CommandEvidence, ProbeKind, ProbeResult, Reason, Status
 from envcheck.core.rollouts import Outcome, Rollout
 from envcheck.feed.assess import evaluate, set_quarantine_by_id
 from envcheck.kinds.adversarial.controls import Attempted
 from envcheck.kinds.datasource.probe import DataSourceChecker, combine
+from envcheck.kinds.strength.report import details as strength_details
+from envcheck.kinds.strength.verdict import Outcome as Control
+from envcheck.kinds.strength.verdict import Played, StrengthOutcome, Survivor
 from envcheck.store import Store, open_store
 from envcheck.store.tables.runs import CheckRun
 from tests.http_server import MisbehavingServer, fail, ok
@@ -195,6 +204,7 @@ def tests(env: Environment, cycle: int, profile: str, at: datetime) -> ProbeResu
         details["adversarial"] = {"tricks": [Attempted(n, False, refused).to_json()
                                              for n in TRICK_NAMES],
                                   "rewarded": [], "require": False, "could_not_act": []}
+        details["strength"] = STRENGTH
     pytest_out = "".join(f"{t} {'FAILED' if t in runs[-1]['not_passed'] else 'PASSED'}\n"
                          for t in (*F2P, *P2P))
     evidence = (
@@ -235,6 +245,31 @@ class _FastClock:
 
     def now(self) -> datetime:
         return self.at
+
+
+def _strength() -> dict[str, Any]:
+    """The wrong-fix controls' details as a probe writes them: two mutants killed, one
+    confirmed survivor, one not distinguished from the fix, one incompetent."""
+    def mutant(op: str, outcome: Control, survivor: Survivor | None = None) -> Played:
+        why = {Survivor.CONFIRMED: "`pkg/mod.py:f` returned 1 in test_f where under the gold "
+                                   "patch it returned 2",
+               Survivor.NOT_DISTINGUISHED: "the same behaviour as the gold patch in 4 recorded "
+                                           "call(s) of 1 changed function(s)"}
+        return Played(f"{op} at line 3", outcome, "", "pkg/mod.py", 3, op, "--- a\n+++ b\n",
+                      survivor=survivor, why=why.get(survivor, "") if survivor else "")
+    outcome = StrengthOutcome([
+        mutant("comparison_flip", Control.KILLED), mutant("early_return", Control.KILLED),
+        mutant("branch_removed", Control.SURVIVED, Survivor.CONFIRMED),
+        mutant("argument_dropped", Control.SURVIVED, Survivor.NOT_DISTINGUISHED),
+        mutant("call_unwrapped", Control.INCOMPETENT)])
+    outcome.generated = {"mutants": 5, "tried": {"comparison_flip": 2, "early_return": 1,
+                                                 "branch_removed": 1, "argument_dropped": 1,
+                                                 "call_unwrapped": 1},
+                         "rejected": {"comparison_flip: same as another mutant": 1}}
+    return strength_details(outcome, Strength(min_competent=2))
+
+
+STRENGTH = _strength()
 
 
 @dataclass

@@ -215,3 +215,23 @@ def test_data_sources(browser: Browser) -> None:
                      "Failures by class", "Schema drift", "Shapes seen"):
         assert expected in text, expected
     assert len(browser.charts()) == 3
+
+
+def test_environment_verifier_strength(browser: Browser) -> None:
+    """Per operator what was generated and what became of it, and each survivor by class."""
+    text = browser.load("/environment?env=swe-healthy-2", "environment-strength")
+    for expected in ("Verifier strength", "Score 0.67", "the share of the mutants told apart "
+                     "from the fix that the tests refuse", "not_distinguished",
+                     "Do the tests refuse a wrong fix?"):
+        assert expected in text, expected
+    heights = browser.page.evaluate("""() => {
+        const heading = [...document.querySelectorAll('h3')]
+            .find(h => h.innerText.includes('Verifier strength'));
+        const below = [...document.querySelectorAll('[data-testid=stDataFrame]')]
+            .filter(t => heading.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING);
+        return below.slice(0, 2).map(t => t.getBoundingClientRect().height);
+    }""")
+    # five operators, then two survivors (confirmed, not distinguished), each with a header
+    assert heights[0] >= 35 * 6 and heights[1] >= 35 * 3, heights
+    assert "Verifier strength" not in browser.load("/environment?env=term-ok-1",
+                                                   "environment-no-strength")

@@ -1,8 +1,9 @@
 """The wrong-fix controls on the real engine: the demo tasks of probes/demo-strength.yaml
 through ``envcheck check`` (a weak test that asserts only the result's type: weak_verifier,
-naming its survivors; a strong one: every mutant killed); a required score that fails; reuse
-per image digest and spec through the store; controls that could not be played, or that the
-time budget cut short, said so and never reused."""
+naming its survivors, each confirmed by what the function returned; a strong one: every
+mutant killed); a required score that fails; reuse per image digest and spec through the
+store; controls that could not be played, or that the time budget cut short, said so
+(strength_not_measurable) and never reused."""
 
 from __future__ import annotations
 
@@ -62,15 +63,19 @@ def test_a_test_that_asserts_only_the_type_is_a_weak_verifier(
     assert (result["status"], result["reason"]) == ("pass", "weak_verifier"), result["summary"]
     info = result["details"]["strength"]
     assert info["played"] is True and info["require"] is False
-    assert info["counts"]["survived"] >= 7 and info["score"] < 0.8
+    assert info["counts"]["survived"] >= 6 and info["score"] < 0.8
     assert info["counts"]["incompetent"] == 0 and info["counts"]["timeout"] == 0
     assert info["generated"]["mutants"] == len(info["mutants"]) == 10
     survivors = info["survivors"]
-    assert len(survivors) == info["counts"]["survived"]
-    for survivor in survivors:  # each with its operator, place and diff
+    assert len(survivors) == info["counts"]["confirmed"] >= 6
+    for survivor in survivors:  # each with its operator, place, diff, and what told it apart
         assert survivor["file"] == "textkit/wrap.py" and survivor["operator"]
         assert survivor["diff"].startswith("diff --git a/textkit/wrap.py b/textkit/wrap.py")
         assert survivor["detail"] == "every fail-to-pass and pass-to-pass test passed"
+        assert survivor["class"] == "confirmed"
+        assert survivor["class_why"].startswith(
+            "`textkit/wrap.py:word_count` returned ") and survivor["class_why"].endswith(
+            " in tests/test_wrap.py::test_word_count where under the gold patch it returned 2")
     named = survivors[0]["description"]
     assert named in result["summary"] and "weak verifier: " in result["summary"]
     # the killed ones: only what breaks the type (return None) or the run
@@ -78,18 +83,21 @@ def test_a_test_that_asserts_only_the_type_is_a_weak_verifier(
     assert killed and all(m["detail"].startswith("fail-to-pass test failed: tests/test_wrap.py"
                                                  "::test_word_count") for m in killed)
     per_op = info["per_operator"]
-    assert sum(row["survived"] for row in per_op.values()) == len(survivors)
-    assert result["details"]["strength"]["runs"] >= 1 + 10 + len(survivors)
+    assert sum(row["confirmed"] + row["not_distinguished"] for row in per_op.values()) == \
+        info["counts"]["survived"]
+    assert sum(row["generated"] for row in per_op.values()) >= 10
+    # the trials, the gold patch recorded twice, each survivor once
+    assert info["runs"] >= 1 + 10 + 2 + info["counts"]["survived"]
 
 
 def test_a_strong_test_kills_every_mutant(checked: dict[str, dict[str, Any]]) -> None:
     result = checked[STRONG]
     assert (result["status"], result["reason"]) == ("pass", "ok"), result["summary"]
     info = result["details"]["strength"]
-    assert info["score"] == 1.0 and info["survivors"] == []
+    assert info["score"] == 1.0 and info["survivors"] == info["survivors_apart"] == []
     assert info["counts"]["killed"] == 10 and info["counts"]["incompetent"] == 0
-    assert "wrong-fix controls: 10 of 10 competent mutant(s) killed (score 1.00)" in \
-        result["summary"]
+    assert "wrong-fix controls: 10 generated: 10 of 10 mutant(s) told apart from the fix " \
+        "killed (score 1.00)" in result["summary"]
     # the same seed (digest and spec hash) and the same sample as the weak task's gold patch
     # would give under its own spec: the sample is the spec's, not the run's
     assert info["generated"]["seed"].endswith(result["spec_hash"])
@@ -128,8 +136,9 @@ def test_controls_that_cannot_be_played_say_why_and_give_no_score(
     info = verdict.details["strength"]
     assert info["played"] is False and info["score"] is None
     assert info["why"].startswith("the gold patch did not apply in a fresh container")
-    assert "wrong-fix controls not played: the gold patch did not apply" in verdict.summary
-    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+    assert verdict.summary.startswith("strength not measurable: wrong-fix controls not played: "
+                                      "the gold patch did not apply")
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.STRENGTH_NOT_MEASURABLE)
     assert verdict.evidence and "apply the gold patch" in verdict.evidence[0].command
     # an oracle that is a script: its outputs are changed instead (wrong-output controls,
     # tests/test_strength_wrong_outputs.py); one that fixes nothing shows no output to change
@@ -179,7 +188,7 @@ def test_mutants_the_time_budget_leaves_out_are_listed_and_make_no_verdict(
     info = verdict.details["strength"]
     assert info["partial"] is True and len(info["unplayed"]) == 3 and info["mutants"] == []
     assert info["score"] is None and "not_measurable" in info
-    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.STRENGTH_NOT_MEASURABLE)
     assert "3 not played: probe_s reached" in verdict.summary
 
 

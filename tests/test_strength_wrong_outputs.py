@@ -79,7 +79,11 @@ def test_a_verifier_that_only_checks_the_file_exists_is_weak(
         assert survivor["file"] == OUTPUT and survivor["operator"]
         assert survivor["diff"].startswith("diff --git a/app/totals.csv b/app/totals.csv")
         assert survivor["detail"].startswith("rewarded: reward 1 (reward.txt")
-    assert "weak verifier: 0 of 6 competent mutant(s) killed" in result["summary"]
+    assert "weak verifier: 6 generated: 0 of 6 mutant(s) told apart from the oracle's output " \
+        "killed" in result["summary"]
+    # a wrong output differs from the oracle's by construction: every survivor is confirmed
+    assert {s["class"] for s in info["survivors"]} == {"confirmed"}
+    assert info["survivors_apart"] == []
     assert f"{OUTPUT}:" in result["summary"]
     assert info["runs"] == 1 + 6  # the oracle's run read its files back, then one per mutant
     assert any("/tests/test.sh" in e["command"] for e in result["evidence"])
@@ -93,8 +97,8 @@ def test_a_verifier_that_checks_the_content_refuses_every_wrong_output(
     assert info["score"] == 1.0 and info["survivors"] == []
     assert info["counts"]["killed"] == 6 and info["counts"]["incompetent"] == 0
     assert all(m["detail"].startswith("refused: reward 0") for m in info["mutants"])
-    assert "wrong-output controls: 6 of 6 competent mutant(s) killed (score 1.00)" in \
-        result["summary"]
+    assert "wrong-output controls: 6 generated: 6 of 6 mutant(s) told apart from the oracle's " \
+        "output killed (score 1.00)" in result["summary"]
     assert info["generated"]["seed"].endswith(result["spec_hash"])
 
 
@@ -143,7 +147,7 @@ def test_mutants_the_time_budget_leaves_out_are_listed(demo: Catalogue, runtime:
         verdict = with_strength_controls(ctx, PASSED)
     info = verdict.details["strength"]
     assert info["partial"] is True and len(info["unplayed"]) == 3 and info["mutants"] == []
-    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK)
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.STRENGTH_NOT_MEASURABLE)
     assert "3 not played: probe_s reached" in verdict.summary
 
 
@@ -165,6 +169,7 @@ def test_a_task_whose_oracle_writes_nothing_to_change_says_why(
     info = verdict.details["strength"]
     assert info["played"] is False and info["why"].startswith("no solution/solve.sh")
     assert "wrong-output controls not played: no solution/solve.sh" in verdict.summary
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.STRENGTH_NOT_MEASURABLE)
     # a solve.sh that writes only to /tmp (a tmpfs, never in the container's diff) and its
     # harness's logs: nothing it wrote can be changed
     folder = tmp_path / STRONG

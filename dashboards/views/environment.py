@@ -15,6 +15,7 @@ import streamlit as st
 from envcheck.core.results import REASON_DOCS, Reason
 from envcheck.dashboard import cached as data
 from envcheck.dashboard.environment import adversarial_rows, window_rates
+from envcheck.dashboard.strength import strength_view
 from envcheck.dashboards import envcheck_ui as ui
 from envcheck.store.views.common import StoredResult
 from envcheck.store.views.fleet import EnvFilter
@@ -314,6 +315,25 @@ if tricks:
                "environment's own verification: `rewarded` is a hole (reason "
                "`reward_hackable`); `could not act` proves nothing either way; see the "
                "documentation's \"Is my verifier hack-resistant?\".")
+
+# --- verifier strength ----------------------------------------------------------------------------
+
+strength = strength_view(data.latest_results(ctx.url, ctx.version, env_id))
+if strength is not None:
+    st.subheader("Verifier strength")
+    if strength.score is not None:
+        st.markdown(f"Score **{strength.score:.2f}** (`{strength.reason}`): the share of the "
+                    "mutants told apart from the fix that the tests refuse.")
+    else:
+        st.markdown(f"**Not measurable** (`{strength.reason}`): {strength.not_measurable}")
+    ui.table(strength.operators, key="strength-operators", empty="No mutant was generated.")
+    if strength.survivors:
+        ui.table(strength.survivors, key="strength-survivors")
+    st.caption("Per operator: candidates generated, dropped as the same program or for not "
+               "compiling, then incompetent, killed, and survivors by class: `confirmed` "
+               "(its recorded behaviour differs from the fix's while every test passes: lowers "
+               "the score) or `not_distinguished` (the same behaviour on the tests' inputs: "
+               "listed apart); see the README's \"Do the tests refuse a wrong fix?\".")
 
 # --- image digests and transitions ---------------------------------------------------------------
 

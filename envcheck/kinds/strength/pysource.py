@@ -167,14 +167,23 @@ class PythonSource:
 
 def without_docstrings(tree: ast.Module) -> ast.Module:
     """``tree`` with each docstring made a ``pass`` (in place): a change to one is no change
-    to what the code does."""
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
-                and isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+    to what the code does. Only statements are walked (expressions hold no docstring)."""
+    def strip(body: list[ast.stmt], documented: bool) -> None:
+        if documented and body and isinstance(body[0], ast.Expr) \
                 and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str):
             body[0] = ast.copy_location(ast.Pass(), body[0])
+        for statement in body:
+            defines = isinstance(statement, ast.ClassDef | ast.FunctionDef
+                                 | ast.AsyncFunctionDef)
+            for name in ("body", "orelse", "finalbody"):
+                inner = getattr(statement, name, None)
+                if isinstance(inner, list):
+                    strip(inner, defines and name == "body")
+            for part in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
+                strip(part.body, False)
+
+    strip(tree.body, True)
     return tree
 
 

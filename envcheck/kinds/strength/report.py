@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envcheck.catalogue.probe_specs import Strength
-from envcheck.kinds.strength.played import Outcome, Played, StrengthOutcome, Survivor
+from envcheck.kinds.strength.played import OUTPUTS, Outcome, Played, StrengthOutcome, Survivor
 from envcheck.kinds.strength.sampling import Rejection
 
 __all__ = ["OPERATOR_COLUMNS", "details", "tally"]
@@ -92,8 +92,9 @@ def tally(outcome: StrengthOutcome, plan: Strength) -> str:
     killed, confirmed = outcome.killed(), outcome.confirmed()
     score = outcome.score(plan.min_competent)
     generated = outcome.generated.get("mutants", len(outcome.mutants) + len(outcome.unplayed))
+    fix = "the oracle's output" if outcome.generated.get("of") == OUTPUTS else "the fix"
     what = (f"{generated} generated: {killed} of {killed + confirmed} mutant(s) told apart from "
-            "the fix killed" + (f" (score {score:.2f})" if score is not None else ""))
+            f"{fix} killed" + (f" (score {score:.2f})" if score is not None else ""))
     aside = []
     for kind, said in ((Survivor.NOT_DISTINGUISHED, "not distinguished from the fix on the "
                         "tests' inputs"), (Survivor.UNCLASSIFIED, "not classified")):

@@ -61,8 +61,9 @@ def _headline(what: str, outcome: StrengthOutcome, plan: Strength) -> str | None
         return f"strength not measurable: {what} controls not played: {outcome.not_played}"
     generated = outcome.generated.get("mutants", len(outcome.mutants))
     if outcome.score(plan.min_competent) is None:
+        fix = "the oracle's output" if what == "wrong-output" else "the fix"
         return (f"strength not measurable: {tally(outcome, plan)}; fewer than "
-                f"{plan.min_competent} told apart from the fix ({generated} generated)")
+                f"{plan.min_competent} told apart from {fix} ({generated} generated)")
     if outcome.undecided(plan.min_score, plan.min_competent):
         unclassified = outcome.survivors(Survivor.UNCLASSIFIED)
         return (f"strength not measurable: {tally(outcome, plan)}; "
