@@ -43,7 +43,7 @@ def test_a_try_whose_one_handler_is_added_is_unwrapped(tmp_path: Path) -> None:
         edits(gen, Operator.BRANCH_REMOVED)
 
 
-def test_early_return_before_the_first_added_statement_of_a_function(tmp_path: Path) -> None:
+def test_early_return_before_the_code_the_patch_changes(tmp_path: Path) -> None:
     base = {"m.py": "def f(items):\n    total = 0\n    for i in items:\n        total += i\n"
                     "    return total\n"}
     post = {"m.py": "def f(items):\n    total = 0\n    for i in items:\n"
@@ -55,7 +55,19 @@ def test_early_return_before_the_first_added_statement_of_a_function(tmp_path: P
         ("", "return"),  # before the guard in the loop, before the clamp after the log call
     }
     lines = sorted(m.line for m in gen.mutants if m.operator is Operator.EARLY_RETURN)
-    assert lines == [4, 8]  # not before the log call (7), nor inside the added ifs (5, 9)
+    # before the first statement the patch changes (the loop holding the guard), before each
+    # run it adds (the guard, the clamp after the log call); not before the log call (7),
+    # nor inside the ifs it adds (5, 9)
+    assert lines == [3, 4, 8]
+    # a statement changed in part: the fix that returns before it, skipping what it does
+    base = {"m.py": "def load(name, parse):\n    with open(name) as f:\n"
+                    "        return parse(f)\n"}
+    post = {"m.py": "def load(name, parse, text=True):\n"
+                    "    with open(name, 'r' if text else 'rb') as f:\n"
+                    "        return parse(f)\n"}
+    gen = generate(tmp_path / "part", base, post)
+    assert edits(gen, Operator.EARLY_RETURN) == {("", "return")}
+    assert [m.line for m in gen.mutants if m.operator is Operator.EARLY_RETURN] == [2]
     # at the module's level, or in a class body, no return can go
     gen = added(tmp_path / "mod", "X = 1\n\nclass C:\n    y = 2\n")
     assert not edits(gen, Operator.EARLY_RETURN)

@@ -73,7 +73,10 @@ class FixSites:
     _raised: set[int]
 
     def _add(self, op: Operator, at: cst.CSTNode, description: str, original: cst.CSTNode,
-             replacement: cst.CSTNode, *anchors: cst.CSTNode) -> None:
+             replacement: cst.CSTNode, *anchors: cst.CSTNode, anchored: bool = False) -> None:
+        raise NotImplementedError
+
+    def _touches(self, node: cst.CSTNode) -> bool:
         raise NotImplementedError
 
     def _anchored(self, nodes: tuple[cst.CSTNode, ...]) -> bool:
@@ -164,8 +167,7 @@ class FixSites:
         for i, handler in enumerate(node.handlers):
             kind = handler.type
             shown = f"except {self._code(kind)}" if kind is not None else "except"
-            if kind is not None and edit.dotted(kind)[-1:] != ["Exception"] and \
-                    edit.dotted(kind)[-1:] != ["BaseException"]:
+            if kind is not None and not _BROAD.intersection(edit.dotted(kind)[-1:]):
                 broad = handler.with_changes(type=cst.Name("Exception"))
                 self._add(Operator.EXCEPTION_SWALLOWED, handler, f"`{shown}` -> "
                           "`except Exception`", handler, broad, handler)
@@ -224,6 +226,9 @@ class FixSites:
         block; a ``try`` whose one handler is added unwrapped."""
         body = list(node.body)
         added = [self._anchored((s,)) for s in body]
+        starts: list[int] = []  # where a return may go: before the first statement the
+        touched = [k for k, s in enumerate(body) if self._touches(s) and not _said_only(s)]
+        starts += touched[:1]  # patch changes, and before each run it adds
         i = 0
         while i < len(body):
             if not added[i]:
@@ -234,26 +239,36 @@ class FixSites:
             while j < len(body) and added[j]:
                 self._unwrap_try(node, body, j)
                 j += 1
-            self._run(node, body, i, j)
+            k = i
+            while k < j and _said_only(body[k]):  # a docstring stays first, logging is no logic
+                k += 1
+            if k < j:
+                starts.append(k)
+                self._run(node, body, k, j)
             i = j
+        self._early_returns(node, body, sorted(set(starts)))
+
+    def _outermost(self) -> bool:
+        """Not inside a branch or loop the patch added whole (the exit before that statement
+        is the same wrong fix; a function's body is its own)."""
+        owner = self._statements[-1][0] if self._statements else None
+        return isinstance(owner, cst.FunctionDef) or owner is None or not self._anchored(
+            (owner,))
+
+    def _early_returns(self, node: cst.IndentedBlock, body: list[cst.BaseStatement],
+                       starts: list[int]) -> None:
+        if not (self._in_function() and self._outermost()):
+            return
+        for k in starts:
+            early = cst.SimpleStatementLine([_none_return()])
+            self._add(Operator.EARLY_RETURN, body[k], f"`return` before "
+                      f"`{self._code(body[k], 40)}`", node,
+                      node.with_changes(body=[*body[:k], early, *body[k:]]), anchored=True)
 
     def _run(self, node: cst.IndentedBlock, body: list[cst.BaseStatement], i: int,
              j: int) -> None:
-        run = body[i:j]
-        while run and _said_only(run[0]):  # a docstring stays first, logging is no logic
-            run, i = run[1:], i + 1
-        if not run:
-            return
-        first = self._code(run[0], 40)
-        owner = self._statements[-1][0] if self._statements else None
-        # the outermost run only: inside a branch or loop the patch added whole, the exit
-        # before that statement is the same wrong fix (a function's body is its own)
-        outermost = isinstance(owner, cst.FunctionDef) or owner is None or not self._anchored(
-            (owner,))
-        if self._in_function() and outermost:
-            early = cst.SimpleStatementLine([_none_return()])
-            self._add(Operator.EARLY_RETURN, run[0], f"`return` before `{first}`", node,
-                      node.with_changes(body=[*body[:i], early, *body[i:]]), *run)
+        """Swallowed exceptions for the run of added statements ``body[i:j]``."""
+        outermost = self._outermost()
         raising = [k for k in range(i, j) if _raises_here(body[k])]
         if raising:  # the statements that raise, from the first to the last, swallowed
             lo, hi = raising[0], raising[-1] + 1

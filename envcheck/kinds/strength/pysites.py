@@ -107,6 +107,12 @@ class _Finder(FixSites, cst.CSTVisitor):
         return CodeRange((span.start.line + self._shift, span.start.column),
                          (span.end.line + self._shift, span.end.column))
 
+    def _touches(self, node: cst.CSTNode) -> bool:
+        """Whether an added line is among ``node``'s."""
+        span = self._range(node)
+        return self.added is None or bool(self._lines.intersection(
+            range(span.start.line, span.end.line + 1)))
+
     def _starts_added(self, node: cst.CSTNode) -> bool:
         return self.added is None or self._range(node).start.line in self.added
 
@@ -120,10 +126,11 @@ class _Finder(FixSites, cst.CSTVisitor):
         return True
 
     def _add(self, op: Operator, at: cst.CSTNode, description: str, original: cst.CSTNode,
-             replacement: cst.CSTNode, *anchors: cst.CSTNode) -> None:
+             replacement: cst.CSTNode, *anchors: cst.CSTNode, anchored: bool = False) -> None:
         """A site changing ``original`` into ``replacement``, reported at ``at``, anchored on
-        ``anchors`` (by default ``at``): the code that the change rewrites or removes."""
-        if self._anchored(anchors or (at,)):
+        ``anchors`` (by default ``at``): the code that the change rewrites or removes
+        (``anchored``: the caller checked it; an insertion removes nothing)."""
+        if anchored or self._anchored(anchors or (at,)):
             start = self._range(at).start
             statement, blocks = self._statements[-1]
             first = self._range(statement).start.line - leading_lines(statement)

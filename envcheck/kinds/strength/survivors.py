@@ -14,10 +14,9 @@ called, the time budget reached), the reason in its ``why``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from envcheck.catalogue.probe_specs import TestSpec
-from envcheck.core.results import CommandEvidence
 from envcheck.kinds.base import ProbeContext
 from envcheck.kinds.strength.diffs import Patch
 from envcheck.kinds.strength.infection import changed_functions, difference, targets
@@ -28,9 +27,6 @@ from envcheck.kinds.strength.reverts import change_blocks
 from envcheck.sandbox.base import Deadline
 
 __all__ = ["Classified", "classify", "functions_changed"]
-
-EVIDENCE_MAX = 6  # commands of the recorded runs kept
-
 
 def functions_changed(patch: Patch, texts: Mapping[str, str]) -> dict[str, set[str]]:
     """Per file, the functions around the lines the patch adds (or, where a change block
@@ -53,12 +49,11 @@ def functions_changed(patch: Patch, texts: Mapping[str, str]) -> dict[str, set[s
 
 @dataclass
 class Classified:
-    """The survivors with their class, the container runs it took, and evidence."""
+    """The survivors with their class, and the container runs it took."""
 
     survivors: list[Played]
     runs: int = 0
     cut_short: bool = False
-    evidence: list[CommandEvidence] = field(default_factory=list)
 
 
 def _all(survivors: Sequence[Played], kind: Survivor, why: str) -> list[Played]:
@@ -84,7 +79,6 @@ def classify(ctx: ProbeContext, spec: TestSpec, patch: Patch, texts: Mapping[str
                            "reached before they were classified"), cut_short=True)
         gold = recorded(ctx, spec, spec.oracle.patch, rows, f"gold patch, recording {n}")
         done.runs += 1
-        done.evidence.extend(gold.evidence[-2:])
         why = gold.why or (None if gold.passed else "the gold patch's fail-to-pass tests do "
                            "not pass with the recorder in place")
         if why is None and not gold.calls:
@@ -111,12 +105,10 @@ def classify(ctx: ProbeContext, spec: TestSpec, patch: Patch, texts: Mapping[str
         differs = difference(first, again, found.calls)
         if differs is not None:
             done.survivors.append(replace(survivor, survivor=Survivor.CONFIRMED, why=differs))
-            done.evidence.extend(found.evidence[-1:])
         else:
             calls = sum(c.count for c in first.values())
             done.survivors.append(replace(
                 survivor, survivor=Survivor.NOT_DISTINGUISHED,
                 why=f"the same behaviour as the gold patch in {calls} recorded call(s) of "
                     f"{len({k.split(chr(9))[1] for k in first})} changed function(s)"))
-    done.evidence = done.evidence[:EVIDENCE_MAX]
     return done
