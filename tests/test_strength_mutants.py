@@ -157,8 +157,9 @@ def test_a_statement_partly_added_is_not_removed(tmp_path: Path) -> None:
     base = "def f(a, b):\n    return g(\n        a,\n    )\n"
     post = "def f(a, b):\n    return g(\n        a,\n        b,\n    )\n"
     gen = generate(tmp_path, {"m.py": base}, {"m.py": post})
-    # not the return (its other lines are the base's): only `b` dropped, which is the base
-    assert gen.sites == {Operator.ARGUMENT_DROPPED: 1}
+    # not the return removed (its other lines are the base's): `b` dropped, which is the
+    # base, and an early return before the statement the patch changes in part
+    assert gen.sites == {Operator.ARGUMENT_DROPPED: 1, Operator.EARLY_RETURN: 1}
     assert gen.rejected == {(Operator.ARGUMENT_DROPPED, Rejection.SAME_AS_BASE): 1}
 
 
