@@ -1,6 +1,7 @@
 """The operators shaped like real wrong fixes, each on synthetic code: what it changes, where
 it stays away (lines the patch did not add, logging, docstrings, code that would not
-compile), and the README's table of operators (what each does, what it stands for)."""
+compile), and the docs' table of operators in docs/how-to/wrong-fix.md (what each does,
+what it stands for)."""
 
 from __future__ import annotations
 
@@ -169,7 +170,7 @@ def test_change_blocks_know_both_sides() -> None:
 
 
 def test_every_operator_is_documented_with_what_it_stands_for() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "how-to" / "wrong-fix.md").read_text(encoding="utf-8")
     assert set(OPERATOR_DOCS) == set(PYTHON_OPERATORS)
     for op, (does, stands_for) in OPERATOR_DOCS.items():
-        assert f"| `{op}` | {op.family} | {does} | {stands_for} |" in readme, op
+        assert f"| `{op}` | {op.family} | {does} | {stands_for} |" in page, op
