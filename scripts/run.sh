@@ -50,10 +50,11 @@ pids+=($!) logs+=("$ENVCHECK_DATA_DIR/daemon.log")
 pids+=($!) logs+=("$ENVCHECK_DATA_DIR/dashboard.log")
 
 # Print where to look only once everything answers: a gate pasted at once must find the
-# suites, a dashboard opened at once must load.
+# suites, a dashboard opened at once must load. The daemon's port answers /healthz from its
+# first moment (while it starts, only its status): the full API is there once /docs answers.
 api="http://127.0.0.1:$PORT"
 deadline=$((SECONDS + 120))
-until answers "$api/healthz" && answers "http://127.0.0.1:$DASHBOARD_PORT/_stcore/health"; do
+until answers "$api/docs" && answers "http://127.0.0.1:$DASHBOARD_PORT/_stcore/health"; do
   for pid in "${pids[@]}"; do
     kill -0 "$pid" 2>/dev/null && continue
     echo "run: ERROR: a part of envcheck exited at start (port in use?); last lines of" \
