@@ -113,7 +113,8 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_out" \
 rm -rf "$docs_out"
 log "pytest $*"
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+# the slowest tests, so that what the suite costs stays visible in every CI log
+.venv/bin/python -m pytest --durations=40 "$@" || status=$?
 
 if ((status == 5)); then
   echo "test: FAILED: pytest collected no tests" >&2
