@@ -21,6 +21,7 @@ client from the node's environment and runs the same check as the local executor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -43,13 +44,28 @@ from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind, ProbeResult, Reason
 from envcheck.executors.base import RayOptions, infra_results
 from envcheck.executors.cycle import ResultSink, Services
-from envcheck.executors.ray_task import CheckTask, Observation, Shape, TaskOutcome, run_on_node
+from envcheck.executors.ray_placement import (
+    Holdings,
+    affinity,
+    carried_image,
+    checking_nodes,
+)
+from envcheck.executors.ray_task import (
+    CheckTask,
+    Observation,
+    Shape,
+    TaskOutcome,
+    census_on_node,
+    run_on_node,
+)
 from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.datasource.probe import DataSourceChecker
 from envcheck.kinds.datasource.sampling import ShapeStore
 from envcheck.kinds.datasource.shapewrites import ThrottledShapes
 from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
+from envcheck.registry.fleet import RegistryImages
+from envcheck.registry.node import node_spec
 
 __all__ = ["RayExecutor"]
 
@@ -59,6 +75,7 @@ log = logging.getLogger(__name__)
 # bounds the concurrency.
 PIN_AMOUNT = 0.001
 _POLL_S = 1.0
+_BATCH = 256  # environments looked up and placed before their checks are submitted
 _NODES_TTL_S = 5.0
 # what the store's outages stop here, in the caller (said once per outage)
 _SHAPES_READ = "reading accepted shapes"
@@ -137,6 +154,7 @@ class RayExecutor:
         self._shapes = ThrottledShapes(shapes, SYSTEM_CLOCK) if shapes is not None else None
         self._store = shapes
         self._remote = ray.remote(run_on_node)
+        self._holdings = Holdings(ray.remote(census_on_node))
         self._nodes: list[dict[str, Any]] = []
         self._nodes_at = float("-inf")
         self._nodes_lock = threading.Lock()
@@ -190,23 +208,35 @@ class RayExecutor:
         advisor = found if isinstance(found, DepthAdvisor) else None
         found = services.get(ReuseAdvisor) if services is not None else None
         reuser = found if isinstance(found, ReuseAdvisor) else None
+        found = services.get(RegistryImages) if services is not None else None
+        registry = found if isinstance(found, RegistryImages) else None
+        spec = node_spec(registry) if registry is not None else None
         tests = ProbeKind.TESTS in kinds
         pending: dict[Ref, _Job] = {}
         nodes = self._live_nodes()
         accepted: dict[str, Shape | None] = {}
         try:
-            for env in envs:
-                prior = ledger.newest(env) if ledger is not None and tests else None
-                depth = advisor.advice(env) if advisor is not None and tests else None
-                reuse = _reuse(reuser, env, kinds)
-                for job in self._jobs(env, kinds, run_id, checker, accepted, prior, depth,
-                                      reuse):
+            for start in range(0, len(envs), _BATCH):
+                jobs: list[_Job] = []
+                for env in envs[start:start + _BATCH]:
+                    prior = ledger.newest(env) if ledger is not None and tests else None
+                    depth = advisor.advice(env) if advisor is not None and tests else None
+                    reuse = _reuse(reuser, env, kinds)
+                    made = self._jobs(env, kinds, run_id, checker, accepted, prior, depth,
+                                      reuse)
+                    carried = carried_image(env, kinds, registry, spec)
+                    for job in made:
+                        job.task = dataclasses.replace(job.task, **carried)
+                    jobs.extend(made)
+                self._holdings.ask([job.task.image_key for job in jobs],
+                                   checking_nodes(nodes, self._options.docker_resource))
+                for job in jobs:
                     if not _feasible(job.resources, nodes):
                         emit(self._unplaceable(job))
                         continue
                     job.submitted_at = SYSTEM_CLOCK.now()
                     job.submitted = SYSTEM_CLOCK.monotonic()
-                    pending[self._submit(job)] = job
+                    pending[self._submit(job, nodes)] = job
             self._collect(pending, emit)
         except BaseException:
             self._abandon(pending)
@@ -288,11 +318,15 @@ class RayExecutor:
         self._outages.ran(_SHAPES_READ)
         return Shape(record.fingerprint, record.shape) if record is not None else None
 
-    def _submit(self, job: _Job) -> Ref:
+    def _submit(self, job: _Job, nodes: Sequence[Mapping[str, Any]]) -> Ref:
         options = self._options
         env_vars = {name: os.environ[name] for name in options.forward_env
                     if os.environ.get(name)}
         extra: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
+        near = affinity(job.task.env.id, self._holdings.holders(job.task.image_key),
+                        job.resources, nodes)
+        if near is not None:  # a node holds the image: there first (soft: else anywhere)
+            extra["scheduling_strategy"] = near
         return self._remote.options(
             num_cpus=options.num_cpus, resources=job.resources,
             max_retries=options.max_retries, retry_exceptions=False,
@@ -332,6 +366,7 @@ class RayExecutor:
                                  f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                  started_at=job.submitted_at, duration_s=job.waited_s())
         self._write_shapes(outcome.observations)
+        self._holdings.learn(outcome.node_id, task.image_key, task.image_key in outcome.held)
         return list(outcome.results)
 
     def _write_shapes(self, observations: Sequence[Observation]) -> None:
