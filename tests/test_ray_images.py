@@ -6,10 +6,10 @@ of the test's (tests/second_engine.py: its own socket and data root) named by ``
 that node's environment. Neither is this host's shared engine: a node's cache evicts envcheck's
 pulls on its engine to keep its budget, and this host's engine holds other tests' pulls. Each
 node has its own data directory (``ENVCHECK_DATA_DIR``), where its ledger lives under its
-engine's ID. The
-images live in the real test registry (tests/registryd.py): tiny ones, a user, ``sleep`` with
-its C library and a file of their own, so that a sandbox starts on them (the terminal probe then fails on the
-missing shell: a verdict on the image, given by whichever engine ran it).
+engine's ID. The images live in the real test registry (tests/registryd.py): tiny ones, a
+user, ``sleep`` with its C library and a file of their own, so that a sandbox starts on them
+(the terminal probe then fails on the missing shell: a verdict on the image, given by
+whichever engine ran it).
 """
 
 from __future__ import annotations

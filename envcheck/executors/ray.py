@@ -4,8 +4,11 @@ Imported only when ``executor: ray`` is chosen (``pip install envcheck[ray]``).
 
 Placement is Ray's: every task asks for ``docker_per_task`` of the custom ``docker``
 resource (and ``num_cpus``), each node declares how many sandboxes its engine takes, so Ray
-bounds the concurrency per node; nothing here schedules. A data source with ``node: NAME``
-pins the ``datasource`` checks that use it to nodes declaring the resource ``NAME``.
+bounds the concurrency per node. A data source with ``node: NAME`` pins the ``datasource``
+checks that use it to nodes declaring the resource ``NAME``. A check whose image a node's
+engine holds asks Ray, softly, for that node (:mod:`envcheck.executors.ray_placement`); an
+image envcheck pulls carries the watch's look, and the node that runs it pulls it, under its
+own budget (:mod:`envcheck.registry.node`).
 
 On the node the task (:func:`envcheck.executors.ray_task.run_on_node`) builds its own engine
 client from the node's environment and runs the same check as the local executor. Results
@@ -25,12 +28,11 @@ import dataclasses
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import ray
 import ray.exceptions
@@ -46,9 +48,11 @@ from envcheck.executors.base import RayOptions, infra_results
 from envcheck.executors.cycle import ResultSink, Services
 from envcheck.executors.ray_placement import (
     Holdings,
+    LiveNodes,
     affinity,
     carried_image,
     checking_nodes,
+    feasible,
 )
 from envcheck.executors.ray_task import (
     CheckTask,
@@ -83,9 +87,8 @@ _SHAPES_WRITE = "keeping observed shapes"
 _KIND_ORDER = {kind: i for i, kind in enumerate(ProbeKind)}
 
 
+_T = TypeVar("_T")
 Ref: TypeAlias = ray.ObjectRef["TaskOutcome"]
-# ray.nodes() is untyped; named here once, typed.
-_ray_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes
 
 
 @dataclass(slots=True)
@@ -125,10 +128,9 @@ def _reuse(advisor: ReuseAdvisor | None, env: Environment, kinds: Sequence[Probe
     return {kind: advice for kind, advice in found.items() if advice is not None}
 
 
-def _feasible(resources: Mapping[str, float], nodes: Sequence[Mapping[str, Any]]) -> bool:
-    return any(node.get("Alive") and all(node.get("Resources", {}).get(name, 0.0) >= amount
-                                         for name, amount in resources.items())
-               for node in nodes)
+def _service(services: Services | None, cls: type[_T]) -> _T | None:
+    found = services.get(cls) if services is not None else None
+    return found if isinstance(found, cls) else None
 
 
 def _preflight(address: str, timeout_s: float) -> None:
@@ -155,9 +157,7 @@ class RayExecutor:
         self._store = shapes
         self._remote = ray.remote(run_on_node)
         self._holdings = Holdings(ray.remote(census_on_node))
-        self._nodes: list[dict[str, Any]] = []
-        self._nodes_at = float("-inf")
-        self._nodes_lock = threading.Lock()
+        self._live_nodes = LiveNodes(_NODES_TTL_S)
 
     @classmethod
     def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None,
@@ -200,16 +200,11 @@ class RayExecutor:
                 if sink is not None:
                     sink(result)
 
-        found = services.get(DataSourceChecker) if services is not None else None
-        checker = found if isinstance(found, DataSourceChecker) else None
-        found = services.get(ControlsLedger) if services is not None else None
-        ledger = found if isinstance(found, ControlsLedger) else None
-        found = services.get(DepthAdvisor) if services is not None else None
-        advisor = found if isinstance(found, DepthAdvisor) else None
-        found = services.get(ReuseAdvisor) if services is not None else None
-        reuser = found if isinstance(found, ReuseAdvisor) else None
-        found = services.get(RegistryImages) if services is not None else None
-        registry = found if isinstance(found, RegistryImages) else None
+        checker = _service(services, DataSourceChecker)
+        ledger = _service(services, ControlsLedger)
+        advisor = _service(services, DepthAdvisor)
+        reuser = _service(services, ReuseAdvisor)
+        registry = _service(services, RegistryImages)
         spec = node_spec(registry) if registry is not None else None
         tests = ProbeKind.TESTS in kinds
         pending: dict[Ref, _Job] = {}
@@ -231,7 +226,7 @@ class RayExecutor:
                 self._holdings.ask([job.task.image_key for job in jobs],
                                    checking_nodes(nodes, self._options.docker_resource))
                 for job in jobs:
-                    if not _feasible(job.resources, nodes):
+                    if not feasible(job.resources, nodes):
                         emit(self._unplaceable(job))
                         continue
                     job.submitted_at = SYSTEM_CLOCK.now()
@@ -388,7 +383,7 @@ class RayExecutor:
             return []
         nodes, now, out = self._live_nodes(refresh=True), time.monotonic(), []
         for ref, job in pending.items():
-            if _feasible(job.resources, nodes):
+            if feasible(job.resources, nodes):
                 job.unschedulable_since = None
             elif job.unschedulable_since is None:
                 job.unschedulable_since = now
@@ -413,11 +408,3 @@ class RayExecutor:
                 log.warning("cancelling a Ray task failed: %s", exc)
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=30.0)
-
-    def _live_nodes(self, refresh: bool = False) -> list[dict[str, Any]]:
-        with self._nodes_lock:
-            now = time.monotonic()
-            if refresh or now - self._nodes_at > _NODES_TTL_S:
-                self._nodes = [n for n in _ray_nodes() if n.get("Alive")]
-                self._nodes_at = now
-            return self._nodes

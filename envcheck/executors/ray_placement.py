@@ -38,7 +38,7 @@ from envcheck.registry.fleet import RegistryImages
 from envcheck.registry.node import NodeImagesSpec, image_key
 from envcheck.registry.reference import ImageReference
 
-__all__ = ["Holdings", "affinity", "carried_image", "checking_nodes"]
+__all__ = ["Holdings", "LiveNodes", "affinity", "carried_image", "checking_nodes", "feasible"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,26 @@ TTL_S = 60.0
 MAX_KEYS = 2000
 TIMEOUT_S = 15.0
 _MAX_REMEMBERED = 50_000
+# ray.nodes() is untyped; named here once, typed.
+_ray_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes
+
+
+class LiveNodes:
+    """The cluster's live nodes (``ray.nodes()``), asked again after ``ttl_s``; thread-safe."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self._ttl_s = ttl_s
+        self._nodes: list[dict[str, Any]] = []
+        self._at = float("-inf")
+        self._lock = threading.Lock()
+
+    def __call__(self, refresh: bool = False) -> list[dict[str, Any]]:
+        with self._lock:
+            now = time.monotonic()
+            if refresh or now - self._at > self._ttl_s:
+                self._nodes = [n for n in _ray_nodes() if n.get("Alive")]
+                self._at = now
+            return self._nodes
 
 
 class Holdings:
@@ -119,6 +139,13 @@ class Holdings:
         self._known[key] = (nodes, self._clock() if at is None else at)
         while len(self._known) > _MAX_REMEMBERED:  # the oldest said first
             del self._known[next(iter(self._known))]
+
+
+def feasible(resources: Mapping[str, float], nodes: Sequence[Mapping[str, Any]]) -> bool:
+    """Some live node offers ``resources``."""
+    return any(node.get("Alive") and all(node.get("Resources", {}).get(name, 0.0) >= amount
+                                         for name, amount in resources.items())
+               for node in nodes)
 
 
 def checking_nodes(nodes: Sequence[Mapping[str, Any]], resource: str) -> list[str]:
