@@ -6,11 +6,12 @@ the watch's digest, or the catalogue's reference) in two ways, both bounded:
 
 - every task's outcome says which node ran it and whether its engine holds the image after
   (it pulled it, or had it): free;
-- images no node has said anything about within ``ttl_s`` are asked of every live node that
-  runs checks, in one small task per node (:func:`~envcheck.executors.ray_task.census_on_node`:
-  one listing of the node's images, however many are asked), at most ``max_keys`` per look,
-  waited for ``timeout_s`` at most (a node that does not answer holds nothing, as far as
-  placement goes).
+- images no node has said anything about within ``ttl_s`` (15 minutes: longer than the
+  terminal schedule, so a steady fleet's own outcomes keep it fresh) are asked of every live
+  node that runs checks, in one small task per node
+  (:func:`~envcheck.executors.ray_task.census_on_node`: one listing of the node's images,
+  however many are asked), at most ``max_keys`` per look, waited for ``timeout_s`` at most (a
+  node that does not answer holds nothing, as far as placement goes).
 
 Placement itself is Ray's: a check whose image a node holds is submitted with
 ``NodeAffinitySchedulingStrategy(node, soft=True)``, spilling to another node when that one
@@ -42,7 +43,7 @@ __all__ = ["Holdings", "LiveNodes", "affinity", "carried_image", "checking_nodes
 
 log = logging.getLogger(__name__)
 
-TTL_S = 60.0
+TTL_S = 900.0  # longer than the terminal schedule: a steady fleet is never asked again
 MAX_KEYS = 2000
 TIMEOUT_S = 15.0
 _MAX_REMEMBERED = 50_000
