@@ -4,8 +4,11 @@ Imported only when ``executor: ray`` is chosen (``pip install envcheck[ray]``).
 
 Placement is Ray's: every task asks for ``docker_per_task`` of the custom ``docker``
 resource (and ``num_cpus``), each node declares how many sandboxes its engine takes, so Ray
-bounds the concurrency per node; nothing here schedules. A data source with ``node: NAME``
-pins the ``datasource`` checks that use it to nodes declaring the resource ``NAME``.
+bounds the concurrency per node. A data source with ``node: NAME`` pins the ``datasource``
+checks that use it to nodes declaring the resource ``NAME``. A check whose image a node's
+engine holds asks Ray, softly, for that node (:mod:`envcheck.executors.ray_placement`); an
+image envcheck pulls carries the watch's look, and the node that runs it pulls it, under its
+own budget (:mod:`envcheck.registry.node`).
 
 On the node the task (:func:`envcheck.executors.ray_task.run_on_node`) builds its own engine
 client from the node's environment and runs the same check as the local executor. Results
@@ -21,15 +24,15 @@ client from the node's environment and runs the same check as the local executor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import ray
 import ray.exceptions
@@ -43,13 +46,30 @@ from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind, ProbeResult, Reason
 from envcheck.executors.base import RayOptions, infra_results
 from envcheck.executors.cycle import ResultSink, Services
-from envcheck.executors.ray_task import CheckTask, Observation, Shape, TaskOutcome, run_on_node
+from envcheck.executors.ray_placement import (
+    Holdings,
+    LiveNodes,
+    affinity,
+    carried_image,
+    checking_nodes,
+    feasible,
+)
+from envcheck.executors.ray_task import (
+    CheckTask,
+    Observation,
+    Shape,
+    TaskOutcome,
+    census_on_node,
+    run_on_node,
+)
 from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.datasource.probe import DataSourceChecker
 from envcheck.kinds.datasource.sampling import ShapeStore
 from envcheck.kinds.datasource.shapewrites import ThrottledShapes
 from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
+from envcheck.registry.fleet import RegistryImages
+from envcheck.registry.node import node_spec
 
 __all__ = ["RayExecutor"]
 
@@ -59,6 +79,7 @@ log = logging.getLogger(__name__)
 # bounds the concurrency.
 PIN_AMOUNT = 0.001
 _POLL_S = 1.0
+_BATCH = 256  # environments looked up and placed before their checks are submitted
 _NODES_TTL_S = 5.0
 # what the store's outages stop here, in the caller (said once per outage)
 _SHAPES_READ = "reading accepted shapes"
@@ -66,9 +87,8 @@ _SHAPES_WRITE = "keeping observed shapes"
 _KIND_ORDER = {kind: i for i, kind in enumerate(ProbeKind)}
 
 
+_T = TypeVar("_T")
 Ref: TypeAlias = ray.ObjectRef["TaskOutcome"]
-# ray.nodes() is untyped; named here once, typed.
-_ray_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes
 
 
 @dataclass(slots=True)
@@ -108,10 +128,9 @@ def _reuse(advisor: ReuseAdvisor | None, env: Environment, kinds: Sequence[Probe
     return {kind: advice for kind, advice in found.items() if advice is not None}
 
 
-def _feasible(resources: Mapping[str, float], nodes: Sequence[Mapping[str, Any]]) -> bool:
-    return any(node.get("Alive") and all(node.get("Resources", {}).get(name, 0.0) >= amount
-                                         for name, amount in resources.items())
-               for node in nodes)
+def _service(services: Services | None, cls: type[_T]) -> _T | None:
+    found = services.get(cls) if services is not None else None
+    return found if isinstance(found, cls) else None
 
 
 def _preflight(address: str, timeout_s: float) -> None:
@@ -137,9 +156,8 @@ class RayExecutor:
         self._shapes = ThrottledShapes(shapes, SYSTEM_CLOCK) if shapes is not None else None
         self._store = shapes
         self._remote = ray.remote(run_on_node)
-        self._nodes: list[dict[str, Any]] = []
-        self._nodes_at = float("-inf")
-        self._nodes_lock = threading.Lock()
+        self._holdings = Holdings(ray.remote(census_on_node))
+        self._live_nodes = LiveNodes(_NODES_TTL_S)
 
     @classmethod
     def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None,
@@ -182,31 +200,38 @@ class RayExecutor:
                 if sink is not None:
                     sink(result)
 
-        found = services.get(DataSourceChecker) if services is not None else None
-        checker = found if isinstance(found, DataSourceChecker) else None
-        found = services.get(ControlsLedger) if services is not None else None
-        ledger = found if isinstance(found, ControlsLedger) else None
-        found = services.get(DepthAdvisor) if services is not None else None
-        advisor = found if isinstance(found, DepthAdvisor) else None
-        found = services.get(ReuseAdvisor) if services is not None else None
-        reuser = found if isinstance(found, ReuseAdvisor) else None
+        checker = _service(services, DataSourceChecker)
+        ledger = _service(services, ControlsLedger)
+        advisor = _service(services, DepthAdvisor)
+        reuser = _service(services, ReuseAdvisor)
+        registry = _service(services, RegistryImages)
+        spec = node_spec(registry) if registry is not None else None
         tests = ProbeKind.TESTS in kinds
         pending: dict[Ref, _Job] = {}
         nodes = self._live_nodes()
         accepted: dict[str, Shape | None] = {}
         try:
-            for env in envs:
-                prior = ledger.newest(env) if ledger is not None and tests else None
-                depth = advisor.advice(env) if advisor is not None and tests else None
-                reuse = _reuse(reuser, env, kinds)
-                for job in self._jobs(env, kinds, run_id, checker, accepted, prior, depth,
-                                      reuse):
-                    if not _feasible(job.resources, nodes):
+            for start in range(0, len(envs), _BATCH):
+                jobs: list[_Job] = []
+                for env in envs[start:start + _BATCH]:
+                    prior = ledger.newest(env) if ledger is not None and tests else None
+                    depth = advisor.advice(env) if advisor is not None and tests else None
+                    reuse = _reuse(reuser, env, kinds)
+                    made = self._jobs(env, kinds, run_id, checker, accepted, prior, depth,
+                                      reuse)
+                    carried = carried_image(env, kinds, registry, spec)
+                    for job in made:
+                        job.task = dataclasses.replace(job.task, **carried)
+                    jobs.extend(made)
+                self._holdings.ask([job.task.image_key for job in jobs],
+                                   checking_nodes(nodes, self._options.docker_resource))
+                for job in jobs:
+                    if not feasible(job.resources, nodes):
                         emit(self._unplaceable(job))
                         continue
                     job.submitted_at = SYSTEM_CLOCK.now()
                     job.submitted = SYSTEM_CLOCK.monotonic()
-                    pending[self._submit(job)] = job
+                    pending[self._submit(job, nodes)] = job
             self._collect(pending, emit)
         except BaseException:
             self._abandon(pending)
@@ -288,11 +313,15 @@ class RayExecutor:
         self._outages.ran(_SHAPES_READ)
         return Shape(record.fingerprint, record.shape) if record is not None else None
 
-    def _submit(self, job: _Job) -> Ref:
+    def _submit(self, job: _Job, nodes: Sequence[Mapping[str, Any]]) -> Ref:
         options = self._options
         env_vars = {name: os.environ[name] for name in options.forward_env
                     if os.environ.get(name)}
         extra: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
+        near = affinity(job.task.env.id, self._holdings.holders(job.task.image_key),
+                        job.resources, nodes)
+        if near is not None:  # a node holds the image: there first (soft: else anywhere)
+            extra["scheduling_strategy"] = near
         return self._remote.options(
             num_cpus=options.num_cpus, resources=job.resources,
             max_retries=options.max_retries, retry_exceptions=False,
@@ -332,6 +361,7 @@ class RayExecutor:
                                  f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                  started_at=job.submitted_at, duration_s=job.waited_s())
         self._write_shapes(outcome.observations)
+        self._holdings.learn(outcome.node_id, task.image_key, task.image_key in outcome.held)
         return list(outcome.results)
 
     def _write_shapes(self, observations: Sequence[Observation]) -> None:
@@ -353,7 +383,7 @@ class RayExecutor:
             return []
         nodes, now, out = self._live_nodes(refresh=True), time.monotonic(), []
         for ref, job in pending.items():
-            if _feasible(job.resources, nodes):
+            if feasible(job.resources, nodes):
                 job.unschedulable_since = None
             elif job.unschedulable_since is None:
                 job.unschedulable_since = now
@@ -378,11 +408,3 @@ class RayExecutor:
                 log.warning("cancelling a Ray task failed: %s", exc)
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=30.0)
-
-    def _live_nodes(self, refresh: bool = False) -> list[dict[str, Any]]:
-        with self._nodes_lock:
-            now = time.monotonic()
-            if refresh or now - self._nodes_at > _NODES_TTL_S:
-                self._nodes = [n for n in _ray_nodes() if n.get("Alive")]
-                self._nodes_at = now
-            return self._nodes

@@ -5,6 +5,13 @@ worker process, and reaps what dead workers left on that engine; runs the same
 :func:`~envcheck.executors.cycle.check_environment` as the local executor, with no sink; and returns
 the results with the data-source shapes it observed. It writes nothing: the caller does. Earlier
 adversarial evidence and the depth advice come with the task (the node has no store to ask).
+
+An image envcheck pulls (``pull: watch``) comes with the caller's look at its tag and the
+registry stage's settings (:class:`~envcheck.registry.node.NodeImagesSpec`): the node pulls the
+digest the look saw into its own engine, under its own budget, recorded in its own ledger
+(:mod:`envcheck.registry.node`). The outcome says which node ran it and whether its engine
+holds the image afterwards, for the caller's placement; :func:`census_on_node` answers which of
+a few images a node's engine holds.
 """
 
 from __future__ import annotations
@@ -19,19 +26,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import docker.errors
+
 from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.models import Environment
 from envcheck.core.depth import DepthAdvice
-from envcheck.core.errors import InfraError
+from envcheck.core.errors import ConfigError, EngineUnreachable, InfraError
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.executors.cycle import check_environment, unchecked
 from envcheck.kinds.adversarial.ledger import ControlsLedger, RecordedEvidence
 from envcheck.kinds.datasource.probe import DataSourceChecker
 from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
+from envcheck.registry.fleet import RegistryImages
+from envcheck.registry.node import HandedLooks, NodeImagesSpec, NodeStage, held_references
+from envcheck.registry.state import WatchUpdate
 from envcheck.sandbox.docker import DockerRuntime
 
-__all__ = ["CheckTask", "Observation", "RecordingShapes", "Shape", "TaskOutcome", "run_on_node"]
+__all__ = ["Census", "CheckTask", "Observation", "RecordingShapes", "Shape", "TaskOutcome",
+           "census_on_node", "run_on_node"]
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +88,28 @@ class CheckTask:
     # The reuse advice of its terminal and dependencies probes (feed.reuse.StoreReuse, looked
     # up by the caller): evidence stands only if the node finds the identity it is for.
     reuse: Mapping[ProbeKind, DepthAdvice] = field(default_factory=dict)
+    # An image envcheck pulls: the registry stage's settings for the node, and the caller's
+    # look at the tag (the node pulls the digest it saw).
+    images: NodeImagesSpec | None = None
+    watch: WatchUpdate | None = None
+    # What names the image on any engine (registry.node.image_key), for the outcome's report.
+    image_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TaskOutcome:
     results: tuple[ProbeResult, ...]
     observations: tuple[Observation, ...] = ()
+    node_id: str = ""
+    held: tuple[str, ...] = ()  # the task's image, when the node's engine holds it after
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """Which of the images asked about a node's engine holds."""
+
+    node_id: str
+    held: tuple[str, ...]
 
 
 # --- on the node ----------------------------------------------------------------------------
@@ -130,6 +159,7 @@ class _NodeRuntime:
 
 
 _node_runtime = _NodeRuntime()
+_node_stage = NodeStage()
 
 
 def run_on_node(task: CheckTask) -> TaskOutcome:
@@ -147,8 +177,38 @@ def run_on_node(task: CheckTask) -> TaskOutcome:
         ReuseAdvisor: ReuseAdvisor(lambda env, kind: task.reuse.get(kind))}
     if task.sources is not None:
         services[DataSourceChecker] = DataSourceChecker(task.sources, shapes)
+    if task.images is not None:
+        try:
+            stage = _node_stage.get(task.images)
+        except (InfraError, ConfigError, docker.errors.DockerException) as exc:
+            # the node's, never the environment's: its engine, or its data directory
+            failed = exc if isinstance(exc, InfraError) else InfraError(
+                f"the node's image cache could not open: {exc}")
+            if isinstance(exc, docker.errors.DockerException):
+                failed = EngineUnreachable(f"the node's image cache could not open: {exc}")
+            results = unchecked([task.env], task.kinds, failed)
+            return TaskOutcome(tuple(_placed(r, where) for r in results),
+                               node_id=where["node_id"])
+        looks = {task.env.id: task.watch} if task.watch is not None else {}
+        services[RegistryImages] = HandedLooks(stage, looks)
     results = check_environment(task.env, task.kinds, runtime, task.run_id, None, services)
-    return TaskOutcome(tuple(_placed(r, where) for r in results), tuple(shapes.observed))
+    return TaskOutcome(tuple(_placed(r, where) for r in results), tuple(shapes.observed),
+                       where["node_id"], _held([task.image_key] if task.image_key else []))
+
+
+def census_on_node(references: tuple[str, ...]) -> Census:
+    """The body of a placement look (a plain function: runs without Ray too)."""
+    return Census(_node_id(), _held(references))
+
+
+def _held(references: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    if not references:
+        return ()
+    try:
+        return tuple(held_references(_node_stage.api(), references))
+    except docker.errors.DockerException as exc:  # placement's hint only: none held
+        log.warning("listing the node's images failed: %s", exc)
+        return ()
 
 
 def _node_id() -> str:

@@ -196,6 +196,12 @@ class RegistryCredentials:
             self._cache[registry] = (now, found)
         return found
 
+    @property
+    def sources(self) -> dict[str, CredentialSource]:
+        """The catalogue's sources per registry (where a secret is, never the secret)."""
+        with self._lock:
+            return dict(self._sources)
+
     def replace_sources(self, sources: Mapping[str, CredentialSource]) -> None:
         """The catalogue's sources after a reload; what was read from the old ones is dropped."""
         with self._lock:

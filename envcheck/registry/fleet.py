@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -81,6 +81,9 @@ class RegistryImages:
         self._lock = threading.Lock()
         self._states: dict[str, TagWatchState] = {}
         self._pins = pins if pins is not None else _Pins()
+        # how it was opened (``on_engine``): what a Ray node's stage is opened with too
+        self.settings: RegistrySettings | None = None
+        self.engine_id: str | None = None
 
     @classmethod
     def for_catalogue(cls, catalogue: Catalogue, settings: RegistrySettings
@@ -97,6 +100,16 @@ class RegistryImages:
              settings: RegistrySettings) -> RegistryImages:
         """The stage over the engine behind ``api``, for ``catalogue``'s registries: its
         ledger settled with the engine (a pull a killed process left half done is dropped)."""
+        fleet = cls.on_engine(api, settings, catalogue_sources(catalogue.registries))
+        fleet.follow(catalogue)
+        return fleet
+
+    @classmethod
+    def on_engine(cls, api: docker.APIClient, settings: RegistrySettings,
+                  sources: Mapping[str, CredentialSource]) -> RegistryImages:
+        """The stage over the engine behind ``api`` with no catalogue (a Ray node's: the
+        caller hands its credential sources and pins with each task): its ledger, the
+        engine's own (``ledger_path``), settled with the engine."""
         info: dict[str, Any] = api.info()
         platform = f"{info.get('OSType') or 'linux'}/{_architecture(info)}"
         backoff = RegistryBackoff()
@@ -105,8 +118,7 @@ class RegistryImages:
             watch = WatchSettings(platform=platform, deadline_s=settings.look_deadline_s,
                                   certs_dir=settings.certs_dir)
         watcher = TagWatcher(watch, backoff=backoff)
-        credentials = RegistryCredentials(catalogue_sources(catalogue.registries),
-                                          docker_config=settings.docker_config)
+        credentials = RegistryCredentials(sources, docker_config=settings.docker_config)
         stats = RegistryStats()
         engine_id = str(info.get("ID") or "engine")
         ledger = SqliteLedger(ledger_path(settings.data_dir, engine_id), engine_id)
@@ -119,7 +131,8 @@ class RegistryImages:
         images = LocalImages(api, puller, cache, sizes=ManifestSizes(watcher, credentials))
         fleet = cls(watcher, credentials, images, pull_deadline_s=settings.pull_deadline_s,
                     pins=pins)
-        fleet.follow(catalogue)
+        fleet.settings = settings
+        fleet.engine_id = engine_id
         return fleet
 
     def follow(self, catalogue: Catalogue) -> None:
@@ -135,6 +148,24 @@ class RegistryImages:
                 if last is not None:
                     pinned.add(last.digest)
         self._pins.held = frozenset(pinned)
+
+    @property
+    def pull_deadline_s(self) -> float:
+        return self._pull_deadline_s
+
+    @property
+    def pinning(self) -> _Pins:
+        """Where the cache reads the pins at each eviction (shared by a node's task stages)."""
+        return self._pins
+
+    @property
+    def pins(self) -> frozenset[str]:
+        """What the catalogue pins (``keep: true``): never evicted."""
+        return self._pins.held
+
+    def pin(self, held: frozenset[str]) -> None:
+        """Pins handed in by a caller that has the catalogue (a Ray node's stage)."""
+        self._pins.held = held
 
     def seed(self, catalogue: Catalogue, results: Iterable[ProbeResult]) -> int:
         """What the watch saw before this process, from the newest stored ``image`` result
