@@ -204,8 +204,10 @@ class Daemon:
     """``envcheck daemon`` in a process of its own, on its own port and data directory."""
 
     def __init__(self, workdir: Path, catalogue: Path, concurrency: int,
-                 environ: dict[str, str] | None = None) -> None:
-        """``environ``: more variables for the daemon (e.g. PYTHONPATH: another checkout)."""
+                 environ: dict[str, str] | None = None, args: Sequence[str] = (),
+                 window: float = 60.0) -> None:
+        """``environ``: more variables for the daemon (e.g. PYTHONPATH: another checkout);
+        ``args``: more options of ``envcheck daemon``; ``window``: its ``--window``."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "daemon.log"
@@ -218,8 +220,8 @@ class Daemon:
         self._stderr = self.log.open("w")
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [*cmd, "daemon", str(catalogue), "--port", str(self.port), "--window", "60",
-             "--concurrency", str(concurrency)],
+            [*cmd, "daemon", str(catalogue), "--port", str(self.port),
+             "--window", f"{window:g}", "--concurrency", str(concurrency), *args],
             env=env, stdout=subprocess.DEVNULL, stderr=self._stderr)
 
     def events(self) -> list[dict[str, Any]]:
@@ -275,8 +277,9 @@ class Daemon:
 
 @contextlib.contextmanager
 def running(workdir: Path, catalogue: Path, concurrency: int,
-            environ: dict[str, str] | None = None) -> Iterator[Daemon]:
-    daemon = Daemon(workdir, catalogue, concurrency, environ)
+            environ: dict[str, str] | None = None, args: Sequence[str] = (),
+            window: float = 60.0) -> Iterator[Daemon]:
+    daemon = Daemon(workdir, catalogue, concurrency, environ, args, window)
     try:
         yield daemon
     finally:

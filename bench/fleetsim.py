@@ -24,6 +24,7 @@ import itertools
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from adaptive import FLAKY_P, MIX, RUN_S, run_probe
 
@@ -63,6 +64,7 @@ class Policy:
     name: str
     reuse: bool  # reprove_every as the catalogue says (else null: every probe full)
     queue_new: bool  # act on Ledger.note's new-digest keys (Workers._new_digest)
+    watch: bool = False  # pull: watch images in a registry (bench/fleetwatch.py)
 
 
 TODAY = Policy("today", reuse=False, queue_new=False)
@@ -82,6 +84,8 @@ class Digest:
     quarantined_at: float | None = None
     failed_at: float | None = None  # its first failing tests result (degraded)
     full: set[ProbeKind] = field(default_factory=set)
+    size: float = 0.0  # bytes a pull of it moves (bench/fleetwatch.py)
+    pulled_at: float | None = None  # its first pull done (bench/fleetwatch.py)
 
 
 @dataclass
@@ -103,14 +107,15 @@ class SimEnv:
         return self.digests[self.cur]
 
 
-def environments(n: int) -> list[Environment]:
+def environments(n: int, pull: Literal["never", "watch"] = "never") -> list[Environment]:
     """The catalogue's models: every environment declares terminal, dependencies and tests,
-    at the default schedules and reprove_every."""
+    at the default schedules and reprove_every (and with ``pull: watch`` the image kind)."""
     deps = DependencySpec(python={"pytest": ">=7.2,<8"})
     tests = TestSpec(command="/opt/task/run_tests.sh {tests}", fail_to_pass=["t::f2p"],
                      pass_to_pass=["t::p2p"])
     return [Environment(id=f"env-{i:06d}", suite=f"suite-{i % 10}", image=f"fleet/env-{i}:1",
-                        tools=["git"], dependencies=deps, tests=tests) for i in range(n)]
+                        tools=["git"], dependencies=deps, tests=tests, pull=pull)
+            for i in range(n)]
 
 
 def make_fleet(envs: list[Environment], days: float, digest_mean_s: float, seed: int
@@ -118,7 +123,7 @@ def make_fleet(envs: list[Environment], days: float, digest_mean_s: float, seed:
     """Digests change as a Poisson process; each is healthy, flaky or broken as in
     bench/adaptive.py. Seeded: every policy sees the same fleet."""
     rng, end = random.Random(seed), days * DAY
-    specs = {k: envs[0].spec_hash(k) for k in KINDS}  # the same specs fleet-wide
+    specs = {k: envs[0].spec_hash(k) for k in envs[0].declared_kinds()}  # fleet-wide
     fleet = []
     for i, env in enumerate(envs):
         starts = [0.0]
@@ -201,6 +206,7 @@ class Simulation:
         self.retry_at: float | None = None
         n = int(days) + 1
         self.tally = Tally({k: [0] * n for k in KINDS}, {k: [0.0] * n for k in KINDS}, [0] * n)
+        self.kinds: tuple[ProbeKind, ...] = KINDS  # the kinds each environment declares
 
     # --- events ---------------------------------------------------------------------------
 
@@ -209,7 +215,7 @@ class Simulation:
 
     def run(self) -> Tally:
         for sim in self.fleet:  # a fleet in its steady state: first dues spread over a period
-            for kind in KINDS:
+            for kind in self.kinds:
                 interval = self.ledger.interval(sim.env, kind) or DAY
                 self.push(self.rng.uniform(0, interval), _DUE, (sim, kind))
         events, pop = self.events, heapq.heappop
@@ -265,8 +271,16 @@ class Simulation:
         every = sim.env.reprove_every.every(kind) if self.policy.reuse else None
         return self.samples.advise(kind, advise_reuse(every, sim.health.get(kind), now=now))
 
+    def seen(self, sim: SimEnv, kind: ProbeKind, t: float) -> Digest:
+        """The digest a probe starting at ``t`` finds: the tag's on this host, now."""
+        return sim.digest_at(t)
+
+    def pull_wait(self, sim: SimEnv, digest: Digest, t: float) -> float:
+        """Seconds a probe that needs a container waits for its image: none, it is local."""
+        return 0.0
+
     def start(self, t: float, work: Work, sim: SimEnv, estimate: float) -> None:
-        kind, digest = work.kind, sim.digest_at(t)
+        kind, digest = work.kind, self.seen(sim, work.kind, t)
         spec, now = sim.specs[kind], self.clock.now()
         if kind is TESTS:
             given = advise(self.settings, sim.health.get(TESTS),
@@ -295,7 +309,8 @@ class Simulation:
         day = int(t // DAY)
         tally = self.tally
         tally.probes += 1
-        tally.busy_s += duration
+        wait = self.pull_wait(sim, digest, t) if containers else 0.0
+        tally.busy_s += duration + wait  # a pull holds the probe's slot (image_to_run)
         lag = t + E0 - work.due
         if lag > tally.max_lag_s.get(kind, 0.0):
             tally.max_lag_s[kind] = lag
@@ -305,7 +320,7 @@ class Simulation:
         else:
             tally.identity[day] += 1
         self.running[work.key] = digest.name
-        self.push(t + duration, _DONE, Running(work, sim, digest, result, estimate, full))
+        self.push(t + wait + duration, _DONE, Running(work, sim, digest, result, estimate, full))
 
     def done(self, t: float, run: Running) -> None:
         """A result recorded (Workers._record), then its work ended (Workers._work)."""

@@ -2,7 +2,9 @@
 machine. Reuse starts far fewer containers than today; every digest change is detected
 within one terminal interval (and its jitter) plus the queue's wait; every changed digest
 gets a full tests probe at once; and the shortcut that makes the full size affordable (a
-reused result is not re-assessed) changes no assessment."""
+reused result is not re-assessed) changes no assessment. With the registry (``watch``): an
+unchanged tag costs looks and no pull, a moved tag is seen by a look within its interval,
+pulled once and validated after its pull."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ try:
         environments,
         make_fleet,
     )
+    from fleetwatch import IMAGE, WATCH, PullModel, WatchSimulation
 finally:
     sys.path.remove(BENCH)
 
@@ -53,6 +56,41 @@ def runs() -> Runs:
                          seed=8)
         out[policy.name] = (sim, report(sim, sim.run(), DAYS, 1))
     return out
+
+
+@pytest.fixture(scope="module")
+def watched() -> tuple[Simulation, dict[str, Any]]:
+    sim = WatchSimulation(make_fleet(environments(ENVS, "watch"), DAYS, 3 * DAY, seed=7), DAYS,
+                          WATCH, workers=8, seed=8, pulls=PullModel(slots=2))
+    return sim, report(sim, sim.run(), DAYS, 1)
+
+
+def test_a_moved_tag_is_seen_by_a_look_pulled_once_and_validated_after_its_pull(
+        watched: tuple[Simulation, dict[str, Any]]) -> None:
+    sim, figures = watched
+    assert isinstance(sim, WatchSimulation)
+    # unchanged tags: looks, no pull and no byte; every pull in the warm-up or of a move
+    assert figures["pulls_unchanged_per_env_day"] == 0
+    assert figures["gb_unchanged_per_env_day"] == 0
+    assert figures["pulls_warmup"] == ENVS
+    assert 200 < figures["heads_per_env_day"] < 350  # one per 5 min look, and a few more
+    schedules = sim.fleet[0].env.schedules
+    wait = schedules.jitter_s + sim.tally.max_lag_s[IMAGE] + 1.0
+    moved = seen = 0
+    for s in sim.fleet:
+        for before, d in zip(s.digests, s.digests[1:], strict=False):
+            held = before.quarantined_at is not None and before.quarantined_at < d.start
+            bound = (schedules.interval(IMAGE, held) or 0) + wait
+            if d.start > DAYS * DAY - bound or d.end - d.start <= bound:
+                continue
+            seen += 1
+            assert d.detected_at is not None and d.detected_at - d.start <= bound, d
+            if d.validated_at is not None:
+                moved += 1
+                # pulled after the move, before the full probes that needed it ended
+                assert d.pulled_at is not None and d.start < d.pulled_at <= d.validated_at
+    assert seen > 20 and moved > 20
+    assert sum(sim.watch.pulls_moved) <= sum(len(s.digests) - 1 for s in sim.fleet)
 
 
 def test_reuse_starts_far_fewer_containers(runs: Runs) -> None:
