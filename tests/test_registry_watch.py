@@ -14,18 +14,21 @@ from pathlib import Path
 import docker
 import pytest
 
+from envcheck.catalogue.loader import load_catalogue
 from envcheck.core.results import Reason
 from envcheck.registry import (
     ANONYMOUS,
     Change,
     Credentials,
     ImageReference,
+    RegistryCredentials,
     RegistryFailure,
     TagLook,
     TagWatcher,
     TagWatchState,
     WatchSettings,
 )
+from envcheck.registry.fleet import RegistryImages
 from tests.registry_images import RegistryApi, new_repository, push_tiny
 from tests.registry_proxy import RegistryProxy, too_many_requests
 from tests.registryd import Registry
@@ -383,3 +386,36 @@ def test_a_token_without_expires_in_lives_the_specs_60_s(
     finally:
         registry_token.issuer.policy.expires_in = 300
         watcher.close()
+
+
+def test_other_kinds_take_the_watchs_look_within_its_jitter(
+        registry_anonymous: Registry, docker_client: docker.DockerClient,
+        tmp_path: Path) -> None:
+    """The image kind looks every interval give or take its jitter: a look that old is still
+    the watch's, and another kind's probe takes it rather than sending its own HEAD."""
+    repo = new_repository()
+    push_tiny(docker_client, registry_anonymous, repo, "v1")
+    path = tmp_path / "watched.yaml"
+    path.write_text(
+        "version: 1\nsuites:\n  s:\n    defaults:\n      pull: watch\n"
+        "      schedules: {image: 5m, jitter_s: 40}\n    environments:\n"
+        f"      - id: e\n        image: \"{registry_anonymous.host}/{repo}:v1\"\n",
+        encoding="utf-8")
+    env = load_catalogue([path]).environments[0]
+    clock = ShiftedClock()
+    config = tmp_path / "docker-config.json"
+    config.write_text("{}", encoding="utf-8")
+    looker = TagWatcher()
+    try:
+        fleet = RegistryImages(looker, RegistryCredentials(docker_config=str(config)), None,
+                               clock=clock)
+        mark = registry_anonymous.mark()
+        assert fleet.identity(env, fresh=True).change == Change.FIRST
+        clock.offset = 300 + 20  # past the interval, within its jitter: the watch's look
+        assert fleet.identity(env, fresh=False).change == Change.UNCHANGED
+        assert registry_anonymous.counts(mark, repo) == {"head_manifest": 1}
+        clock.offset = 300 + 41  # past both: a look of the probe's own
+        assert fleet.identity(env, fresh=False).change == Change.UNCHANGED
+        assert registry_anonymous.counts(mark, repo) == {"head_manifest": 2}
+    finally:
+        looker.close()
