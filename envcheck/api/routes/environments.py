@@ -81,7 +81,7 @@ def router(store: Store, clock: Callable[[], float]) -> APIRouter:
         spans = store.digest_history(env_id)  # newest first
         doc = DigestHistoryOut(
             env_id=env_id, suite=record.suite, image=record.image,
-            watched=record.spec.get("pull") == "watch" and "@" not in record.image,
+            watched=record.watched,
             generation=generation,
             digests=[DigestOut(image_digest=s.image_digest, current=i == 0,
                                first_seen=s.first_seen, last_seen=s.last_seen,

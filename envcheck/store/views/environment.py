@@ -42,6 +42,12 @@ class EnvironmentRecord:
     last_seen: datetime
     retired_at: datetime | None = None  # left the daemon's catalogue; its history stays
 
+    @property
+    def watched(self) -> bool:
+        """Its image's tag is followed in its registry (``pull: watch``, as the catalogue's
+        ``Environment.watched``): its results' digests are the digests the tag named."""
+        return self.spec.get("pull") == "watch" and "@" not in self.image
+
 
 @dataclass(frozen=True, slots=True)
 class DigestSpan:
