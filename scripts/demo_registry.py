@@ -197,8 +197,10 @@ def main(argv: list[str] | None = None) -> None:
     moving.add_argument("--after", type=float, required=True, help="seconds")
     moving.add_argument("name")
     args = parser.parse_args(argv)
-    # run.sh's SIGTERM ends a waiting or working helper at once, quietly
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # run.sh's SIGTERM (or Ctrl-C in its terminal) ends a waiting or working helper at once,
+    # quietly
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     if args.command == "serve":
         serve(args.dir, args.port)
     elif args.command == "push":
