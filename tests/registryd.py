@@ -29,6 +29,7 @@ from typing import Literal
 import bcrypt
 import requests
 
+from scripts.registry_config import BINARY, find_binary, registry_config
 from tests.polling import stop, wait_for
 from tests.ports import free_port
 from tests.token_issuer import ISSUER, SERVICE, IssuerKey, TokenIssuer, server_certificate
@@ -36,7 +37,6 @@ from tests.token_issuer import ISSUER, SERVICE, IssuerKey, TokenIssuer, server_c
 __all__ = ["AccessEntry", "Mark", "Mode", "Registry", "request_kind"]
 
 Mode = Literal["anonymous", "htpasswd", "token"]
-BINARY = "docker-registry"
 USER = "envcheck"
 # long enough that a test asserting it never shows up in a log or an error cannot match by chance
 PASSWORD = "s3cret-registry-password-7f1d2c"
@@ -125,15 +125,11 @@ class Registry:
             auth = (f"auth:\n  token:\n    realm: {self.issuer.realm}\n    service: {SERVICE}\n"
                     f"    issuer: {ISSUER}\n    rootcertbundle: {bundle}\n")
         config = self.dir / "config.yml"
-        config.write_text(
-            "version: 0.1\n"
-            "log:\n  level: warn\n"
-            f"storage:\n  filesystem:\n    rootdirectory: {self.dir / 'data'}\n"
-            "  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.host}\n  secret: envcheck-test-http-secret\n"
-            + (f"  tls:\n    certificate: {self._tls[0]}\n    key: {self._tls[1]}\n"
-               if self._tls else "")
-            + auth)
+        tls = (f"  tls:\n    certificate: {self._tls[0]}\n    key: {self._tls[1]}\n"
+              if self._tls else "")
+        config.write_text(registry_config(self.host, self.dir / "data",
+                                          secret="envcheck-test-http-secret",
+                                          extra=tls + auth))
         return config
 
     # --- the process ------------------------------------------------------------------------
@@ -141,7 +137,7 @@ class Registry:
         """Start (or start again, same port and storage) and wait until ``/v2/`` answers."""
         if self.running:
             return
-        binary = shutil.which(BINARY, path="/usr/bin:/usr/local/bin:/usr/sbin")
+        binary = find_binary()
         if binary is None:
             raise RuntimeError(f"{BINARY} not found: scripts/setup.sh installs it "
                                "(apt-get install docker-registry)")

@@ -493,7 +493,8 @@ def test_openapi_lists_every_route(api: Api) -> None:
                       ("/v1/environments/{env_id}", "get"), ("/v1/quarantine/{env_id}", "post"),
                       ("/v1/quarantine/{env_id}", "delete"), ("/v1/incidents", "get"),
                       ("/v1/rollouts", "post"), ("/v1/taint", "get"),
-                      ("/v1/environments/{env_id}/taint", "get")}
+                      ("/v1/environments/{env_id}/taint", "get"),
+                      ("/v1/environments/{env_id}/digests", "get")}
     taint = spec["paths"]["/v1/taint"]["get"]
     assert {"200", "404", "422"} <= set(taint["responses"])
     assert {p["name"] for p in taint["parameters"]} == {"since", "until", "suite"}

@@ -14,7 +14,7 @@ import streamlit as st
 
 from envcheck.core.results import REASON_DOCS, Reason
 from envcheck.dashboard import cached as data
-from envcheck.dashboard.environment import adversarial_rows, window_rates
+from envcheck.dashboard.environment import adversarial_rows, digest_rows, window_rates
 from envcheck.dashboard.strength import strength_view
 from envcheck.dashboards import envcheck_ui as ui
 from envcheck.store.views.common import StoredResult
@@ -338,14 +338,22 @@ if strength is not None:
 # --- image digests and transitions ---------------------------------------------------------------
 
 st.subheader("Image digest history")
-ui.table([{"first seen": ui.when(d.first_seen), "last seen": ui.when(d.last_seen),
-           "results": d.results, "failures": d.failures, "kinds": ", ".join(d.kinds),
-           "p50 s": seconds(d.p50_s), "p95 s": seconds(d.p95_s),
-           "max s": seconds(d.max_s),
-           "digest": d.image_digest or "—"} for d in data.digests(ctx.url, ctx.version, env_id)],
+if view.watched:
+    st.markdown(f"`{view.image}` is followed in its registry (`pull: watch`): each row is a "
+                "digest its tag pointed at, newest first. A new row is a move of the tag, "
+                "validated in full from there: every kind the environment declares on the new "
+                "digest.")
+ui.table([{"now": row["now"], "first seen": ui.when(row["first seen"]),
+           "last seen": ui.when(row["last seen"]), "results": row["results"],
+           "failures": row["failures"], "newest by kind": row["newest by kind"],
+           "p50 s": seconds(row["p50"]), "p95 s": seconds(row["p95"]),
+           "max s": seconds(row["max"]), "digest": row["digest"]}
+          for row in digest_rows(data.digests(ctx.url, ctx.version, env_id),
+                                 data.digest_kinds(ctx.url, ctx.version, env_id))],
          key="digests", empty="No result stored yet.")
-st.caption("A new digest starts the evidence afresh: the health model counts only results of "
-           "the current digest and spec.")
+st.caption("◀ the digest of the newest result. A new digest starts the evidence afresh: the "
+           "health model counts only results of the current digest and spec. The same list "
+           f"as JSON: `GET /v1/environments/{env_id}/digests`.")
 
 st.subheader("Transitions")
 history = data.transitions(ctx.url, ctx.version, env_id, page_size=50)

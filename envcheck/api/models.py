@@ -22,6 +22,9 @@ from envcheck.store.tables.states import QuarantineListing, Transition, Transiti
 
 __all__ = [
     "AllowlistOut",
+    "DigestHistoryOut",
+    "DigestKindOut",
+    "DigestOut",
     "EnvironmentOut",
     "EvidenceOut",
     "FieldError",
@@ -207,6 +210,41 @@ class EnvironmentOut(_Out):
         "reward); null without rollout evidence")
     history: list[TransitionOut] = Field(description="its transitions, newest first")
     latest_results: list[ResultOut] = Field(description="the newest result of each probe kind")
+
+
+class DigestKindOut(_Out):
+    """One probe kind's stored results under a digest (pruned ones not counted here)."""
+
+    kind: str
+    results: int
+    failures: int = Field(description="of them failed or flaky")
+    latest_result_id: int = Field(description="the newest of them (its evidence: the "
+                                  "dashboard's environment page, `results=` that id)")
+    latest_status: str
+    latest_reason: str
+    latest_at: datetime
+
+
+class DigestOut(_Out):
+    """A digest the environment's image named: for a watched image (`pull: watch`), a digest
+    its tag pointed at in its registry; else the local image's."""
+
+    image_digest: str | None = Field(description="null: results that named no image")
+    current: bool = Field(description="the digest of the environment's newest result")
+    first_seen: datetime = Field(description="its first result")
+    last_seen: datetime = Field(description="its newest result")
+    results: int = Field(description="results under it, those a prune folded away included")
+    failures: int = Field(description="of them failed or flaky")
+    kinds: list[DigestKindOut] = Field(description="per probe kind, by kind")
+
+
+class DigestHistoryOut(_Out):
+    env_id: str
+    suite: str
+    image: str = Field(description="the image reference the catalogue names")
+    watched: bool = Field(description="its tag is followed in its registry (`pull: watch`)")
+    generation: int
+    digests: list[DigestOut] = Field(description="newest first (by last seen)")
 
 
 _Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]

@@ -44,7 +44,7 @@ from envcheck.store.tables.results import ResultLine
 from envcheck.store.tables.states import QuarantineListing, Transition
 from envcheck.store.views.common import DataVersion, Page, StoredResult
 from envcheck.store.views.data_sources import SourceUse
-from envcheck.store.views.environment import DigestSpan
+from envcheck.store.views.environment import DigestKind, DigestSpan
 from envcheck.store.views.fleet import EnvFilter, EnvListing
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "data_sources",
     "data_version",
     "database_url",
+    "digest_kinds",
     "digests",
     "environment",
     "environments",
@@ -156,6 +157,12 @@ def latest_results(url: str, version: DataVersion, env_id: str) -> list[StoredRe
 @st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)
 def digests(url: str, version: DataVersion, env_id: str) -> list[DigestSpan]:
     return store_for(url).digest_history(env_id)
+
+
+@st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)
+def digest_kinds(url: str, version: DataVersion, env_id: str) -> list[DigestKind]:
+    """Per image digest and probe kind, the stored results' count and newest."""
+    return store_for(url).digest_kinds(env_id)
 
 
 @st.cache_data(ttl=TTL_S, max_entries=_MAX_ENTRIES, show_spinner=False)

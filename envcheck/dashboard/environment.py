@@ -24,7 +24,7 @@ from envcheck.store import Store
 from envcheck.store.tables.results import ResultLine
 from envcheck.store.tables.states import QuarantineListing
 from envcheck.store.views.common import StoredResult
-from envcheck.store.views.environment import RolloutCount
+from envcheck.store.views.environment import DigestKind, DigestSpan, RolloutCount
 
 __all__ = [
     "EnvironmentView",
@@ -32,6 +32,7 @@ __all__ = [
     "RolloutHour",
     "TaintSpan",
     "adversarial_rows",
+    "digest_rows",
     "environment_view",
     "flaky_report",
     "rollout_hours",
@@ -88,6 +89,7 @@ class EnvironmentView:
     # the intervals whose rewards cannot be trusted (the taint feed's), drawn on the page's
     # timelines as shaded spans
     taint: tuple[TaintSpan, ...] = ()
+    watched: bool = False  # pull: watch: its results' digests are those its tag named
 
     @property
     def quarantined(self) -> bool:
@@ -113,7 +115,27 @@ def environment_view(store: Store, env_id: str) -> EnvironmentView | None:
         retired_at=record.retired_at,
         rollouts=dict(state.rollouts) if state is not None and state.rollouts else None,
         taint=tuple(TaintSpan(i.start, i.end, i.reason, i.image_digest)
-                    for i in taint(store, env_id=env_id)))
+                    for i in taint(store, env_id=env_id)),
+        watched=record.watched)
+
+
+def digest_rows(spans: Sequence[DigestSpan], kinds: Iterable[DigestKind]
+                ) -> list[dict[str, Any]]:
+    """The digest history's rows, newest first: when each digest was first and last seen,
+    its results, per probe kind the newest result's status under it (with how many), so that
+    a moved tag shows whether its new digest was validated in every kind, and the results'
+    duration quantiles in seconds."""
+    per_digest: dict[str | None, list[str]] = {}
+    for k in sorted(kinds, key=lambda k: k.kind):
+        count = f" ({k.results})" if k.results > 1 else ""
+        per_digest.setdefault(k.image_digest, []).append(f"{k.kind} {k.status}{count}")
+    return [{"now": "◀" if i == 0 else "", "first seen": span.first_seen,
+             "last seen": span.last_seen, "results": span.results, "failures": span.failures,
+             "newest by kind": " · ".join(per_digest.get(span.image_digest)
+                                          or span.kinds),
+             "p50": span.p50_s, "p95": span.p95_s, "max": span.max_s,
+             "digest": span.image_digest or "—"}
+            for i, span in enumerate(spans)]
 
 
 def window_rates(lines: Sequence[ResultLine]) -> dict[str, tuple[int, int, float, float]]:

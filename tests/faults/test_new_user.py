@@ -23,6 +23,7 @@ import requests
 
 from tests.conftest import ROOT
 from tests.docs_pages import blocks, page
+from tests.polling import wait_for
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -89,8 +90,10 @@ def fresh_clone(tmp_path: Path) -> Path:
 @pytest.fixture
 def main_job(fresh_clone: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     """``scripts/run.sh`` in the fresh clone, until it has printed where to look."""
+    # the demo's tag move 5 s after the pushes, not minutes: the test sees the moved digest
+    # pulled and probed without waiting for a move in the middle of the run
     env = new_shell_env(ENVCHECK_PORT=str(free_port()),
-                        ENVCHECK_DASHBOARD_PORT=str(free_port()))
+                        ENVCHECK_DASHBOARD_PORT=str(free_port()), ENVCHECK_DEMO_TAG_MOVE_S="5")
     proc = subprocess.Popen([str(fresh_clone / "scripts" / "run.sh")], cwd=fresh_clone,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -199,11 +202,87 @@ def test_main_job_from_a_fresh_clone_prints_only_what_works(
         assert again.returncode == 0, again.stdout + again.stderr
         assert "venv: up to date" in again.stdout and "waiting" not in again.stdout
     assert proc.poll() is None, "the main job stopped"
+    moved = the_demo_registry_is_followed(fresh_clone, api_url(lines))
 
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=180) in (0, 130, -signal.SIGINT)
     log = (fresh_clone / ".envcheck" / "daemon.log").read_text()
     assert "daemon stopped" in log
+    if moved:  # this main job's own registry: stopped with it
+        assert not registry_processes(fresh_clone)
+
+
+DEMO_REGISTRY = "127.0.0.1:5055"  # probes/demo-registry.yaml names it
+
+
+def api_url(printed: list[str]) -> str:
+    [api] = re.findall(r"API\s+(http://127\.0\.0\.1:\d+)/docs", "\n".join(printed))
+    return api
+
+
+def registry_processes(clone: Path) -> list[str]:
+    """The command lines of the registries serving a config under ``clone``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"docker-registry") and str(clone).encode() in b" ".join(args):
+            found.append(b" ".join(args).decode(errors="replace"))
+    return found
+
+
+def the_demo_registry_is_followed(clone: Path, api: str) -> bool:
+    """The demo's registry listens on loopback alone and holds the pushed demo images; each
+    registry-backed environment shows in the API with the digest its tag names, the moved
+    tag's new digest included. True when this main job started the registry itself (another
+    checkout's run may serve that port already)."""
+    own = bool(registry_processes(clone))
+    listening = subprocess.run(["ss", "-ltnH", "sport = :5055"], capture_output=True,
+                               text=True, timeout=30, check=True).stdout.split()
+    assert [a for a in listening if a.endswith(":5055")] == [DEMO_REGISTRY], listening
+    demo_log = clone / ".envcheck" / "registry" / "demo.log"
+    wanted = {"demo-registry-tool-missing": "envcheck-demo/tool-missing",
+              "demo-registry-healthy": "envcheck-demo/healthy"}
+    if own:  # the move 5 s in (ENVCHECK_DEMO_TAG_MOVE_S): a line naming both digests
+        wait_for(lambda: "moved " in demo_log.read_text(), timeout_s=60, interval_s=1,
+                 what="the demo's tag move", details=demo_log.read_text)
+        assert re.search(r"moved \S+/envcheck-demo/healthy:latest at \S+: sha256:\w+ -> "
+                         r"sha256:\w+", demo_log.read_text()), demo_log.read_text()
+    accept = ", ".join(["application/vnd.docker.distribution.manifest.v2+json",
+                        "application/vnd.oci.image.manifest.v1+json"])
+
+    def tag(name: str) -> str:
+        return requests.head(f"http://{DEMO_REGISTRY}/v2/{name}/manifests/latest",
+                             headers={"Accept": accept}, timeout=10
+                             ).headers["Docker-Content-Digest"]
+
+    def current(env_id: str) -> str | None:
+        doc = requests.get(f"{api}/v1/environments/{env_id}/digests", timeout=30).json()
+        assert doc["watched"] is True and doc["image"].startswith(DEMO_REGISTRY), doc
+        return next((d["image_digest"] for d in doc["digests"] if d["current"]), None)
+
+    def seen() -> dict[str, tuple[str | None, str]]:
+        return {env: (current(env), tag(name)) for env, name in wanted.items()}
+
+    # A look at the tags now, as the demo's page says, beside the main job and into its store
+    # (the daemon gets to them too, but only once through a fresh store's backlog).
+    looked = subprocess.run(
+        ["bash", "-c", "export ENVCHECK_DATA_DIR=$PWD/.envcheck\n"
+                       ".venv/bin/envcheck check probes/demo-registry.yaml -p image"],
+        cwd=clone, env=new_shell_env(), capture_output=True, text=True, timeout=120,
+        check=False)
+    assert looked.returncode == 3, looked.stdout + looked.stderr  # the never-pushed tag
+    for env_id, name in wanted.items():
+        assert re.search(rf"{env_id}\s+image\s+pass\s+ok\s+\S+\s+\S+/{name}:latest names "
+                         rf"{tag(name)}", looked.stdout), looked.stdout
+    assert re.search(r"demo-registry-never-pushed\s+image\s+error\s+image_not_found",
+                     looked.stdout), looked.stdout
+    wait_for(lambda: all(now == at_tag for now, at_tag in seen().values()), timeout_s=60,
+             interval_s=1, what="the registry-backed environments at their tags' digests",
+             details=lambda: repr(seen()))
+    return own
 
 
 LONG_TOOLS = [f"a-tool-whose-name-is-long-{i}" for i in range(4)]

@@ -1,5 +1,6 @@
-"""An environment: its state, per-kind health, history and latest results (never cached:
-new probe results change it without a transition)."""
+"""An environment: its state, per-kind health, history and latest results; the image digests
+its results saw (a watched tag's moves). Never cached: new probe results change them without a
+transition."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from fastapi import APIRouter, Query, Request, Response
 
 from envcheck.api.cache import conditional, render
 from envcheck.api.models import (
+    DigestHistoryOut,
+    DigestKindOut,
+    DigestOut,
     EnvironmentOut,
     KindHealthOut,
     QuarantineEntryOut,
@@ -56,5 +60,35 @@ def router(store: Store, clock: Callable[[], float]) -> APIRouter:
         key = f"{request.url.path}?history={history}"
         return conditional(request, render(key, generation,
                                             doc.model_dump_json().encode(), clock()))
+
+    @routes.get("/v1/environments/{env_id}/digests", response_model=DigestHistoryOut,
+                responses=NOT_FOUND,
+                summary="The image digests an environment's results saw: for a watched tag, "
+                        "each digest it pointed at, with first and last seen and the results "
+                        "under each")
+    def get_digests(env_id: str, request: Request) -> Response:
+        generation = store.generation()
+        record = store.environment_record(env_id)
+        if record is None:
+            raise ApiProblem(404, "unknown_environment",
+                             f"unknown environment {env_id!r} (never synced from a catalogue)")
+        per_kind: dict[str | None, list[DigestKindOut]] = {}
+        for k in store.digest_kinds(env_id):
+            per_kind.setdefault(k.image_digest, []).append(DigestKindOut(
+                kind=k.kind, results=k.results, failures=k.failures,
+                latest_result_id=k.result_id, latest_status=k.status,
+                latest_reason=k.reason, latest_at=k.started_at))
+        spans = store.digest_history(env_id)  # newest first
+        doc = DigestHistoryOut(
+            env_id=env_id, suite=record.suite, image=record.image,
+            watched=record.watched,
+            generation=generation,
+            digests=[DigestOut(image_digest=s.image_digest, current=i == 0,
+                               first_seen=s.first_seen, last_seen=s.last_seen,
+                               results=s.results, failures=s.failures,
+                               kinds=per_kind.get(s.image_digest, []))
+                     for i, s in enumerate(spans)])
+        return conditional(request, render(request.url.path, generation,
+                                           doc.model_dump_json().encode(), clock()))
 
     return routes

@@ -24,7 +24,8 @@ from envcheck.store.views.common import (
     stored_result,
 )
 
-__all__ = ["DigestSpan", "EnvironmentRecord", "EnvironmentViews", "ResultLine", "RolloutCount"]
+__all__ = ["DigestKind", "DigestSpan", "EnvironmentRecord", "EnvironmentViews", "ResultLine",
+           "RolloutCount"]
 
 _FAILING = ("fail", "flaky")
 
@@ -41,6 +42,12 @@ class EnvironmentRecord:
     last_seen: datetime
     retired_at: datetime | None = None  # left the daemon's catalogue; its history stays
 
+    @property
+    def watched(self) -> bool:
+        """Its image's tag is followed in its registry (``pull: watch``, as the catalogue's
+        ``Environment.watched``): its results' digests are the digests the tag named."""
+        return self.spec.get("pull") == "watch" and "@" not in self.image
+
 
 @dataclass(frozen=True, slots=True)
 class DigestSpan:
@@ -54,6 +61,21 @@ class DigestSpan:
     p50_s: float | None = None
     p95_s: float | None = None
     max_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DigestKind:
+    """One probe kind's stored results under one image digest: how many (and failing), and the
+    newest of them."""
+
+    image_digest: str | None
+    kind: str
+    results: int
+    failures: int
+    result_id: int
+    status: str
+    reason: str
+    started_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +194,27 @@ class EnvironmentViews(PageViews):
                           s.durations.quantile(0.95), s.durations.max_s)
                for d, s in spans.items()]
         return sorted(out, key=lambda s: s.last_seen, reverse=True)
+
+    def digest_kinds(self, env_id: str) -> list[DigestKind]:
+        """Per image digest and probe kind, the environment's stored results (not the rollups of
+        pruned ones): their count and the newest, by digest then kind."""
+        part = (RESULTS.c.image_digest, RESULTS.c.kind)
+        newest = (RESULTS.c.started_at.desc(), RESULTS.c.id.desc())
+        failing = case((RESULTS.c.status.in_(_FAILING), 1), else_=0)
+        inner = (select(RESULTS.c.image_digest, RESULTS.c.kind, RESULTS.c.id, RESULTS.c.status,
+                        RESULTS.c.reason, RESULTS.c.started_at,
+                        func.row_number().over(partition_by=part, order_by=newest)
+                        .label("rank"),
+                        func.count().over(partition_by=part).label("n"),
+                        func.sum(failing).over(partition_by=part).label("bad"))
+                 .where(RESULTS.c.env_id == env_id).subquery())
+        query = (select(inner.c.image_digest, inner.c.kind, inner.c.n, inner.c.bad,
+                        inner.c.id, inner.c.status, inner.c.reason, inner.c.started_at)
+                 .where(inner.c.rank == 1).order_by(inner.c.image_digest, inner.c.kind))
+        with self._reading() as conn:
+            return [DigestKind(d or None, kind, int(n), int(bad or 0), int(i), status, reason,
+                               at)
+                    for d, kind, n, bad, i, status, reason, at in conn.execute(query)]
 
     def rollout_counts(self, env_id: str, hours: int = 168) -> list[RolloutCount]:
         """The environment's rollout counters of the ``hours`` hours up to its newest one with
