@@ -157,3 +157,19 @@ def test_the_stretch_and_the_backlog() -> None:
     assert put(queue, overload, "a", T, 5_000.0, 5_000.0)
     assert overload.tick(queue, 5_000.0) and overload.stretch == 4.0
     assert overload.measure(queue, 5_000.0).count == 0
+
+
+def test_a_tags_look_goes_ahead_of_sandbox_work_and_is_not_slowed_by_quarantine() -> None:
+    ledger = fleet("quar", "new")
+    result(ledger, "quar", T, 0.0)
+    ledger.take_states(0, {"quar"}, set())
+    env = ledger.envs["quar"]
+    assert env.schedules.image is not None
+    assert env.schedules.interval(ProbeKind.IMAGE, True) == env.schedules.image
+    assert env.schedules.interval(T, True) == env.schedules.terminal * 4
+    overload, queue = Overload(ledger), WorkQueue(per_image=2)
+    now = 1_000.0
+    assert put(queue, overload, "new", T, now - 50, now)  # queued first, new work
+    assert put(queue, overload, "quar", ProbeKind.IMAGE, now, now)
+    assert overload.priority("quar", ProbeKind.IMAGE, now) == URGENT
+    assert drain(queue, ledger)[0] == ("quar", ProbeKind.IMAGE)

@@ -71,14 +71,16 @@ class Schedules(CatalogueModel):
         "how often a watched image's tag is looked up in its registry (pull: watch): one "
         "HEAD, no pull, no container"))
     jitter_s: float = Field(30.0, ge=0)
-    quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined")
+    quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined (not of the image kind's looks)")
 
     def interval(self, kind: ProbeKind, quarantined: bool) -> float | None:
-        """Seconds between probes of ``kind`` (None: off), slowed down while quarantined."""
+        """Seconds between probes of ``kind`` (None: off), slowed down while quarantined,
+        except a tag's look: one HEAD, and a moved tag is how a quarantined image is fixed."""
         base: float | None = getattr(self, str(kind))
         if base is None:
             return None
-        return base * self.quarantined_factor if quarantined else base
+        slowed = quarantined and kind != ProbeKind.IMAGE
+        return base * self.quarantined_factor if slowed else base
 
 
 class Reprove(CatalogueModel):

@@ -14,7 +14,7 @@ from typing import Any
 from envcheck.catalogue.models import Environment
 from envcheck.core.depth import Depth, RunCount
 from envcheck.core.results import Previous, ProbeKind, ProbeResult, Status
-from envcheck.schedule.budget import worth
+from envcheck.schedule.budget import URGENT, worth
 from envcheck.schedule.workqueue import Key
 
 __all__ = ["Ledger"]
@@ -102,6 +102,11 @@ class Ledger:
 
     def priority(self, env_id: str, kind: ProbeKind, now: float) -> int:
         """What the next probe of (env, kind) is worth (:func:`.budget.worth`)."""
+        if kind == ProbeKind.IMAGE:
+            # a look at a tag is one HEAD and no sandbox: it goes ahead of sandbox work and
+            # past the budget, so a moved tag is seen within its interval however long the
+            # queue (behind a fresh daemon's backlog it waited minutes)
+            return URGENT
         last = self.last_at.get((env_id, kind))
         env = self.envs.get(env_id)
         interval = self.interval(env, kind) if env is not None else None
