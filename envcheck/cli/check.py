@@ -210,10 +210,12 @@ def check(
             with exit_on_store_error():
                 registry.seed(catalogue, store.latest_results([e.id for e in envs],
                                                               [ProbeKind.IMAGE]))
+        services = build_services(catalogue, store, StoreDepth(store).advice,
+                                  registry=registry)
+        if registry is not None and config.kind is ExecutorKind.LOCAL:
+            services = _with_pipeline(services, registry, envs, kinds)
         try:
-            results = _run(envs, kinds, run_id, record, config, as_json,
-                           build_services(catalogue, store, StoreDepth(store).advice,
-                                          registry=registry), store)
+            results = _run(envs, kinds, run_id, record, config, as_json, services, store)
         except KeyboardInterrupt:
             writes.interrupt_run(run_id)
             writes.flush()  # once: the user asked to stop, not to wait
@@ -246,6 +248,32 @@ def _registry(catalogue: Catalogue, budget: str | None) -> RegistryImages | None
         raise config_error_exit(exc) from None
     except DockerException as exc:
         _fail(f"the Docker engine did not answer: {exc}")
+
+
+def _with_pipeline(services: Services, registry: RegistryImages, envs: list[Environment],
+                   kinds: list[ProbeKind]) -> Services:
+    """The cycle's pulls as a pipeline: ahead of the environments, released after them."""
+    from envcheck.executors.pipeline import ImagePipeline
+
+    return {**services, ImagePipeline: ImagePipeline(registry, envs, kinds)}
+
+
+def _pulls_line(pipeline: object) -> tuple[int, int, str] | None:
+    """(images local, images of the cycle, what the line says) of a cycle's pipeline."""
+    from envcheck.executors.pipeline import ImagePipeline
+
+    if not isinstance(pipeline, ImagePipeline) or not pipeline.total:
+        return None
+    ready, total, pulled = pipeline.progress()
+    snapshot = pipeline.registry.stats.snapshot()
+    cache = f"cache {_mb(snapshot.cache_bytes)}"
+    if snapshot.budget_bytes is not None:
+        cache += f" of {_mb(snapshot.budget_bytes)}"
+    return ready, total, f"{_mb(pulled)} pulled, {cache}, {snapshot.evictions} evicted"
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 10**7 else f"{size / 1e6:.1f} MB"
 
 
 def _changed(paths: Sequence[Path], catalogue: Catalogue, ref: str,
@@ -339,12 +367,25 @@ def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
 
     from envcheck.core.errors import InfraError
     from envcheck.executors.cycle import unchecked
+    from envcheck.executors.pipeline import ImagePipeline
     from envcheck.executors.registry import open_executor
 
-    progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(TextColumn("{task.fields[what]}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
                         console=err, transient=True)
-    task = progress.add_task("", total=len(envs) * len(kinds))
+    task = progress.add_task("", total=len(envs) * len(kinds), what="checking")
+    # the images envcheck pulls, beside the probes: made local of the cycle's, and bytes
+    pipeline = (services or {}).get(ImagePipeline)
+    line = _pulls_line(pipeline)
+    if line is not None and isinstance(pipeline, ImagePipeline):
+        pulls = progress.add_task(line[2], total=line[1], completed=line[0], what="pulls")
+
+        def pulled() -> None:
+            now = _pulls_line(pipeline)
+            if now is not None:
+                progress.update(pulls, completed=now[0], description=now[2])
+
+        pipeline.on_change = pulled
 
     def sink(result: ProbeResult) -> None:
         if record is not None:
