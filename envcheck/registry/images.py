@@ -9,6 +9,8 @@ the puller:
 2. else its size is asked of the registry's manifest when ``sizes`` can tell: larger than the
    whole budget is ``error image_cache_full`` before any byte moves; room is made for it
    (``cache.make_room``) and the pull is an intent in the ledger;
+   (a probe's pull whose estimate does not fit goes ahead if its compressed bytes do: the
+   estimate counts layers the engine may hold already);
 3. it is pulled by digest to the deadline (``pull.Puller``); a disk that fills mid-pull makes
    room and tries once more, else ``image_cache_full``;
 4. the ledger records it, and the cache is brought back under its budget (never evicting the
@@ -96,6 +98,11 @@ class LocalImages:
         self._room_lock = threading.Condition()  # notified when a pull under way ends
         # told of every image made local (pulled or found), and whether by a prefetch
         self.listeners: list[Callable[[PullTarget, LocalImage, bool], None]] = []
+        # the layers of each image on the engine (an image's layers never change): which
+        # of a manifest's layers a pull would not move (``sizes`` leaves them out)
+        self._image_layers: dict[str, tuple[str, ...]] = {}
+        if sizes is not None and getattr(sizes, "local_layers", False) is None:
+            sizes.local_layers = self.engine_layers  # type: ignore[attr-defined]
         self._pool = ThreadPoolExecutor(max(prefetch_threads, 1),
                                         thread_name_prefix="envcheck-prefetch")
 
@@ -182,7 +189,11 @@ class LocalImages:
                 ledger.abandon(target.repository, target.digest)
                 raise
             now = datetime.now(UTC)
-            size = int(self._api.inspect_image(pulled.image_id).get("Size") or 0)
+            attrs = self._api.inspect_image(pulled.image_id)
+            size = int(attrs.get("Size") or 0)
+            learn = getattr(self._sizes, "learn", None)
+            if learn is not None:
+                learn(target, list((attrs.get("RootFS") or {}).get("Layers") or []))
             ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
                                       now, now))
         finally:
@@ -215,13 +226,17 @@ class LocalImages:
                     self._room_lock.wait(min(left, 5.0))
                 elif not self._drop_last_ahead():
                     break
-            if used + others + need > budget:
+            floor = int(need / EXPANSION)  # the compressed bytes: what it takes at least
+            if used + others + need > budget and (ahead or used + others + floor > budget):
                 raise _cache_full(target, f"the image cache holds {used} bytes of images in "
                                   f"use, pinned or just used, {others} more are being pulled, "
                                   f"and {need} more do not fit its {budget} bytes",
                                   used_bytes=used, pulling_bytes=others, need_bytes=need,
                                   budget_bytes=budget)
-            self._inflight[target] = need
+            # a probe's pull whose estimate does not fit but whose compressed bytes do goes
+            # ahead (some of its layers may be on the engine already: a base): the cache is
+            # brought back under its budget once the pull shows what it took
+            self._inflight[target] = min(need, max(budget - used - others, 0))
 
     def _drop_last_ahead(self) -> bool:
         """The prefetched image due last no longer counts as ahead, and may be evicted at
@@ -330,6 +345,24 @@ class LocalImages:
                 self._ahead[target] = self._size_of(local.image_id)
         self._tell(target, local, True)
         return local
+
+    def engine_layers(self) -> frozenset[str]:
+        """The layers (uncompressed digests) of every image on the engine now."""
+        ids = [str(image.get("Id")) for image in self._api.images(all=True)]
+        held: set[str] = set()
+        for image_id in ids:
+            layers = self._image_layers.get(image_id)
+            if layers is None:
+                try:
+                    attrs = self._api.inspect_image(image_id)
+                except docker.errors.NotFound:
+                    continue
+                layers = tuple((attrs.get("RootFS") or {}).get("Layers") or [])
+                self._image_layers[image_id] = layers
+            held.update(layers)
+        for gone in set(self._image_layers) - set(ids):
+            self._image_layers.pop(gone, None)
+        return frozenset(held)
 
     def _size_of(self, image_id: str) -> int:
         try:
