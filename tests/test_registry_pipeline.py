@@ -14,6 +14,7 @@ which is all a pull needs to be asked for; what they find is not what is tested 
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -23,9 +24,12 @@ from pathlib import Path
 
 import docker
 import pytest
+from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
 from envcheck.catalogue.loader import load_catalogue
 from envcheck.catalogue.models import Catalogue
+from envcheck.cli.pulls import track_pulls
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import new_run_id, run_cycle
 from envcheck.executors.local import LocalExecutor
@@ -138,6 +142,9 @@ def test_check_over_more_than_the_budget_pulls_ahead_evicts_and_never_holds_more
                      prefetch_bytes=budget // 2)
     pipeline = ImagePipeline(registry, catalogue.environments, [T])
     services = {RegistryImages: registry, ImagePipeline: pipeline}
+    progress = Progress(TextColumn("{task.fields[what]}"), MofNCompleteColumn(),
+                        TextColumn("{task.description}"), console=Console(file=io.StringIO()))
+    track_pulls(progress, services)  # envcheck check's second line: the pulls
     mark = reg.mark()
     try:
         with EngineSampler(docker_client, repo) as sampler:
@@ -158,7 +165,9 @@ def test_check_over_more_than_the_budget_pulls_ahead_evicts_and_never_holds_more
     assert stats.evictions >= count - budget // size  # the rest made room for the others
     counts = reg.counts(since=mark, repository=repo)
     assert counts["head_manifest"] == count  # one look per tag, the pipeline's or the probe's
-    assert pipeline.progress()[:2] == (count, count)  # what the progress bar's line shows
+    [line] = [t for t in progress.tasks if t.fields["what"] == "pulls"]
+    assert (line.completed, line.total) == (count, count)  # every image of the cycle local
+    assert f"{stats.evictions} evicted" in line.description and "pulled" in line.description
     assert pulled.present(targets[-1]) and not pulled.present(targets[0])  # LRU went first
 
 

@@ -27,6 +27,7 @@ from envcheck.cli.common import (
     Database,
     Executor,
     ImageCache,
+    Prefetch,
     RayAddress,
     config_error_exit,
     err,
@@ -36,6 +37,7 @@ from envcheck.cli.common import (
     open_store_or_exit,
     out,
 )
+from envcheck.cli.pulls import track_pulls, with_pipeline
 from envcheck.cli.reports import Annotate, CiReports, JunitFile, SummaryFile
 from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.errors import ConfigError, StoreError
@@ -155,6 +157,7 @@ def check(
     executor: Executor = ExecutorKind.LOCAL,
     ray_address: RayAddress = None,
     image_cache: ImageCache = None,
+    prefetch: Prefetch = 4,
 ) -> None:
     """Run one check cycle now, store the results and print them.
 
@@ -205,7 +208,7 @@ def check(
         def record(result: ProbeResult) -> None:
             writes.record(run_id, result)
 
-        registry = _registry(catalogue, budget)
+        registry = _registry(catalogue, budget, prefetch)
         if registry is not None:
             with exit_on_store_error():
                 registry.seed(catalogue, store.latest_results([e.id for e in envs],
@@ -213,7 +216,7 @@ def check(
         services = build_services(catalogue, store, StoreDepth(store).advice,
                                   registry=registry)
         if registry is not None and config.kind is ExecutorKind.LOCAL:
-            services = _with_pipeline(services, registry, envs, kinds)
+            services = with_pipeline(services, registry, envs, kinds)
         try:
             results = _run(envs, kinds, run_id, record, config, as_json, services, store)
         except KeyboardInterrupt:
@@ -235,7 +238,8 @@ def check(
     raise typer.Exit(exit_code(results))
 
 
-def _registry(catalogue: Catalogue, budget: str | None) -> RegistryImages | None:
+def _registry(catalogue: Catalogue, budget: str | None, prefetch: int
+              ) -> RegistryImages | None:
     """The registry stage, if the catalogue has images envcheck pulls (``pull: watch``)."""
     from docker.errors import DockerException
 
@@ -243,37 +247,12 @@ def _registry(catalogue: Catalogue, budget: str | None) -> RegistryImages | None
     from envcheck.store.urls import data_dir
 
     try:
-        return RegistryImages.for_catalogue(catalogue, RegistrySettings(data_dir(), budget))
+        return RegistryImages.for_catalogue(catalogue, RegistrySettings(
+            data_dir(), budget, prefetch_count=prefetch))
     except ConfigError as exc:
         raise config_error_exit(exc) from None
     except DockerException as exc:
         _fail(f"the Docker engine did not answer: {exc}")
-
-
-def _with_pipeline(services: Services, registry: RegistryImages, envs: list[Environment],
-                   kinds: list[ProbeKind]) -> Services:
-    """The cycle's pulls as a pipeline: ahead of the environments, released after them."""
-    from envcheck.executors.pipeline import ImagePipeline
-
-    return {**services, ImagePipeline: ImagePipeline(registry, envs, kinds)}
-
-
-def _pulls_line(pipeline: object) -> tuple[int, int, str] | None:
-    """(images local, images of the cycle, what the line says) of a cycle's pipeline."""
-    from envcheck.executors.pipeline import ImagePipeline
-
-    if not isinstance(pipeline, ImagePipeline) or not pipeline.total:
-        return None
-    ready, total, pulled = pipeline.progress()
-    snapshot = pipeline.registry.stats.snapshot()
-    cache = f"cache {_mb(snapshot.cache_bytes)}"
-    if snapshot.budget_bytes is not None:
-        cache += f" of {_mb(snapshot.budget_bytes)}"
-    return ready, total, f"{_mb(pulled)} pulled, {cache}, {snapshot.evictions} evicted"
-
-
-def _mb(size: int) -> str:
-    return f"{size / 1e6:.0f} MB" if size >= 10**7 else f"{size / 1e6:.1f} MB"
 
 
 def _changed(paths: Sequence[Path], catalogue: Catalogue, ref: str,
@@ -367,25 +346,13 @@ def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
 
     from envcheck.core.errors import InfraError
     from envcheck.executors.cycle import unchecked
-    from envcheck.executors.pipeline import ImagePipeline
     from envcheck.executors.registry import open_executor
 
     progress = Progress(TextColumn("{task.fields[what]}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
                         console=err, transient=True)
     task = progress.add_task("", total=len(envs) * len(kinds), what="checking")
-    # the images envcheck pulls, beside the probes: made local of the cycle's, and bytes
-    pipeline = (services or {}).get(ImagePipeline)
-    line = _pulls_line(pipeline)
-    if line is not None and isinstance(pipeline, ImagePipeline):
-        pulls = progress.add_task(line[2], total=line[1], completed=line[0], what="pulls")
-
-        def pulled() -> None:
-            now = _pulls_line(pipeline)
-            if now is not None:
-                progress.update(pulls, completed=now[0], description=now[2])
-
-        pipeline.on_change = pulled
+    track_pulls(progress, services)  # the images envcheck pulls, beside the probes
 
     def sink(result: ProbeResult) -> None:
         if record is not None:

@@ -33,10 +33,14 @@ Idle cost: the timetable's thread sleeps until the next job is due (the enqueue 
 in it, no pool), APScheduler's until the next window, workers sleep on a condition, and an
 empty window costs one query.
 
+The images envcheck pulls (``pull: watch``) of the next due probes are pulled ahead of their
+slots (:mod:`.prefetch`: the queued work, then the jobs due within ``prefetch_horizon_s``), so
+a worker does not wait on the registry.
+
 The parts, composed here: the jobs (:mod:`.jobs`), the workers and their budget
-(:mod:`.workers`), the windows (:mod:`.windows`), what is known of the fleet (:mod:`.ledger`,
-read by :mod:`.reads`), the catch-up (:mod:`.catchup`) and a reload's job changes
-(:mod:`.reload`).
+(:mod:`.workers`), the pulls ahead (:mod:`.prefetch`), the windows (:mod:`.windows`), what is
+known of the fleet (:mod:`.ledger`, read by :mod:`.reads`), the catch-up (:mod:`.catchup`) and
+a reload's job changes (:mod:`.reload`).
 """
 
 from __future__ import annotations
