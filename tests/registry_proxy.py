@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 from tests.engine_proxy import TcpProxy
 
-__all__ = ["RegistryProxy", "too_many_requests"]
+__all__ = ["RegistryProxy", "ThrottledProxy", "too_many_requests"]
 
 _REASONS = {429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
             503: "Service Unavailable", 401: "Unauthorized", 404: "Not Found"}
@@ -107,3 +108,38 @@ class RegistryProxy(TcpProxy):
             payload = ("\r\n".join(lines) + "\r\n\r\n").encode()
             client.sendall(payload + (b"" if method == b"HEAD" else body))
             client.shutdown(socket.SHUT_WR)
+
+
+class ThrottledProxy(TcpProxy):
+    """A proxy before the registry that passes at most ``rate_bps`` bytes a second, all its
+    connections together (as a remote registry's link would): each chunk waits for its turn
+    on one shared clock. ``rate_bps = None``: unthrottled."""
+
+    def __init__(self, registry_port: int, rate_bps: float | None) -> None:
+        super().__init__(registry_port)
+        self.host = f"127.0.0.1:{self.port}"
+        self.rate_bps = rate_bps
+        self._turn = time.monotonic()
+        self._turn_lock = threading.Lock()
+        self.passed = 0
+
+    def _wait_turn(self, size: int) -> None:
+        rate = self.rate_bps
+        with self._turn_lock:
+            self.passed += size
+            if rate is None:
+                return
+            now = time.monotonic()
+            start = max(self._turn, now)
+            self._turn = start + size / rate
+        if start > now:
+            time.sleep(start - now)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                self._flowing.wait()
+                self._wait_turn(len(data))
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)

@@ -27,6 +27,7 @@ from envcheck.cli.common import (
     Database,
     Executor,
     ImageCache,
+    Prefetch,
     RayAddress,
     config_error_exit,
     err,
@@ -36,6 +37,7 @@ from envcheck.cli.common import (
     open_store_or_exit,
     out,
 )
+from envcheck.cli.pulls import track_pulls, with_pipeline
 from envcheck.cli.reports import Annotate, CiReports, JunitFile, SummaryFile
 from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.errors import ConfigError, StoreError
@@ -155,6 +157,7 @@ def check(
     executor: Executor = ExecutorKind.LOCAL,
     ray_address: RayAddress = None,
     image_cache: ImageCache = None,
+    prefetch: Prefetch = 4,
 ) -> None:
     """Run one check cycle now, store the results and print them.
 
@@ -205,15 +208,17 @@ def check(
         def record(result: ProbeResult) -> None:
             writes.record(run_id, result)
 
-        registry = _registry(catalogue, budget)
+        registry = _registry(catalogue, budget, prefetch)
         if registry is not None:
             with exit_on_store_error():
                 registry.seed(catalogue, store.latest_results([e.id for e in envs],
                                                               [ProbeKind.IMAGE]))
+        services = build_services(catalogue, store, StoreDepth(store).advice,
+                                  registry=registry)
+        if registry is not None and config.kind is ExecutorKind.LOCAL:
+            services = with_pipeline(services, registry, envs, kinds)
         try:
-            results = _run(envs, kinds, run_id, record, config, as_json,
-                           build_services(catalogue, store, StoreDepth(store).advice,
-                                          registry=registry), store)
+            results = _run(envs, kinds, run_id, record, config, as_json, services, store)
         except KeyboardInterrupt:
             writes.interrupt_run(run_id)
             writes.flush()  # once: the user asked to stop, not to wait
@@ -233,7 +238,8 @@ def check(
     raise typer.Exit(exit_code(results))
 
 
-def _registry(catalogue: Catalogue, budget: str | None) -> RegistryImages | None:
+def _registry(catalogue: Catalogue, budget: str | None, prefetch: int
+              ) -> RegistryImages | None:
     """The registry stage, if the catalogue has images envcheck pulls (``pull: watch``)."""
     from docker.errors import DockerException
 
@@ -241,7 +247,8 @@ def _registry(catalogue: Catalogue, budget: str | None) -> RegistryImages | None
     from envcheck.store.urls import data_dir
 
     try:
-        return RegistryImages.for_catalogue(catalogue, RegistrySettings(data_dir(), budget))
+        return RegistryImages.for_catalogue(catalogue, RegistrySettings(
+            data_dir(), budget, prefetch_count=prefetch))
     except ConfigError as exc:
         raise config_error_exit(exc) from None
     except DockerException as exc:
@@ -341,10 +348,11 @@ def _run(envs: list[Environment], kinds: list[ProbeKind], run_id: str,
     from envcheck.executors.cycle import unchecked
     from envcheck.executors.registry import open_executor
 
-    progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(TextColumn("{task.fields[what]}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
                         console=err, transient=True)
-    task = progress.add_task("", total=len(envs) * len(kinds))
+    task = progress.add_task("", total=len(envs) * len(kinds), what="checking")
+    track_pulls(progress, services)  # the images envcheck pulls, beside the probes
 
     def sink(result: ProbeResult) -> None:
         if record is not None:

@@ -27,11 +27,33 @@ if TYPE_CHECKING:
     from envcheck.store import Store
     from envcheck.store.direct import DirectReader
 
-__all__ = ["EXIT_FAILED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "KEEP", "CataloguePaths",
-           "Database", "Executor", "ImageCache", "KeepDaily", "KeepFailures", "KeepHourly",
-           "KeepPasses", "RayAddress", "config_error_exit", "err", "exit_on_store_error",
-           "image_cache_or_exit", "load_or_exit", "open_feed_or_exit", "open_store_or_exit",
-           "out", "retention_or_exit", "store_url_or_exit"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INFRA",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "KEEP",
+    "CataloguePaths",
+    "Database",
+    "Executor",
+    "ImageCache",
+    "KeepDaily",
+    "KeepFailures",
+    "KeepHourly",
+    "KeepPasses",
+    "Prefetch",
+    "RayAddress",
+    "config_error_exit",
+    "err",
+    "exit_on_store_error",
+    "image_cache_or_exit",
+    "load_or_exit",
+    "open_feed_or_exit",
+    "open_store_or_exit",
+    "out",
+    "retention_or_exit",
+    "store_url_or_exit",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -53,6 +75,11 @@ ImageCache = Annotated[str | None, typer.Option(
     help="bytes the images envcheck pulls may take on the engine's disk: 20GiB, 500MB, or a "
     "share of the disk, 30%; its least recently used pulls are removed to stay under it "
     "(default: no budget)")]
+# How many images are pulled ahead of their probes (pull: watch); their bytes: half the budget.
+Prefetch = Annotated[int, typer.Option(
+    "--prefetch", envvar="ENVCHECK_PREFETCH", min=0, max=64, metavar="N",
+    help="images envcheck pulls ahead of the probes that will need them, at most N waiting "
+    "unused and at most half the --image-cache (0: pull only when a probe needs one)")]
 
 # How long the store keeps what (envcheck store prune, and the daemon's hourly prune).
 KEEP = Retention()  # the defaults

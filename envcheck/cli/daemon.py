@@ -26,6 +26,7 @@ from envcheck.cli.common import (
     KeepFailures,
     KeepHourly,
     KeepPasses,
+    Prefetch,
     RayAddress,
     config_error_exit,
     err,
@@ -105,6 +106,7 @@ def daemon(
         "shell latency while the fleet's terminal evidence is reused (0: never)")
     ] = DEFAULT_HOST_SAMPLE_S,
     image_cache: ImageCache = None,
+    prefetch: Prefetch = 4,
     standby: Annotated[bool, typer.Option(
         "--standby", envvar="ENVCHECK_STANDBY", help="another daemon holds the store: wait, "
         "and take over when it stops or dies (default: exit 2 naming it)")] = False,
@@ -183,7 +185,7 @@ def daemon(
                           metrics_series=metrics_series, budget_s=budget,
                           suite_budgets=suite_budgets, standby=standby, rollouts=rollouts,
                           host_sample_s=host_sample_every or None,
-                          image_cache=image_cache_or_exit(image_cache))
+                          image_cache=image_cache_or_exit(image_cache), prefetch=prefetch)
     try:
         code = run_daemon(config, catalogue)
     except LeaseHeld as exc:  # refused: another daemon writes this store

@@ -126,6 +126,7 @@ class DaemonConfig:
     # one full terminal probe this often measures the host (None: never; feed.reuse)
     host_sample_s: float | None = DEFAULT_HOST_SAMPLE_S
     image_cache: str | None = None  # the budget of the images envcheck pulls (None: none)
+    prefetch: int = 4  # images pulled ahead of their probes, at most (0: none)
 
 
 def build_app(store: Store, scheduler: ProbeScheduler, readiness: Readiness,
@@ -222,7 +223,8 @@ def _run(config: DaemonConfig, catalogue: Catalogue, url: str, lease: StoreLease
                         or f"http://{config.host}:{config.port}",
                         outages=outages) if config.webhooks else None
     # the images envcheck pulls (pull: watch): their tags watched, pulled under the budget
-    registry = RegistryStage(RegistrySettings(data_dir(), image_cache=config.image_cache))
+    registry = RegistryStage(RegistrySettings(data_dir(), image_cache=config.image_cache,
+                                              prefetch_count=config.prefetch))
     # Ray: one waiting thread per docker slot of the cluster; Ray places and bounds the work
     concurrency = max(config.concurrency, executor.capacity())
     assessment = StoreAssessment(store, looks=RolloutLooks(store, config.rollouts))

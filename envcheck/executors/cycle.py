@@ -79,6 +79,7 @@ def _registry_identity(ctx: ProbeContext, kinds: Sequence[ProbeKind]) -> None:
     """A pulled image's identity is its registry's digest: the tag's (looked up afresh for an
     ``image`` probe, else the watch's last look within its interval), or the one the
     reference pins. A look that gives none blocks every kind with what it says."""
+    from envcheck.executors.pipeline import ImagePipeline
     from envcheck.kinds.image import watch_verdict
     from envcheck.registry.fleet import RegistryImages
     from envcheck.registry.reference import ImageReference
@@ -91,7 +92,9 @@ def _registry_identity(ctx: ProbeContext, kinds: Sequence[ProbeKind]) -> None:
     if registry is None:
         raise RegistryFailed(f"{ctx.env.image}: no registry stage in this process, nothing "
                              "looks its tag up", reason=Reason.REGISTRY_UNREACHABLE)
-    ctx.watch = registry.identity(ctx.env, fresh=ProbeKind.IMAGE in kinds)
+    pipeline = ctx.service(ImagePipeline)  # envcheck check's: one look per tag a cycle
+    ctx.watch = (pipeline.identity(ctx.env) if pipeline is not None
+                 else registry.identity(ctx.env, fresh=ProbeKind.IMAGE in kinds))
     if ctx.watch.look is not None:
         ctx.image_digest = ctx.watch.look.digest
     else:
@@ -101,18 +104,38 @@ def _registry_identity(ctx: ProbeContext, kinds: Sequence[ProbeKind]) -> None:
 def run_cycle(envs: Sequence[Environment], kinds: Sequence[ProbeKind], runtime: SandboxRuntime,
               run_id: str, sink: ResultSink | None = None,
               concurrency: int = 2, services: Services | None = None) -> list[ProbeResult]:
-    """Check environments ``concurrency`` at a time; ``sink`` sees results as they come."""
+    """Check environments ``concurrency`` at a time; ``sink`` sees results as they come. An
+    ``ImagePipeline`` among ``services`` pulls the images of the environments not started yet
+    ahead of them, and releases each environment's image once its probes are done."""
+    from envcheck.executors.pipeline import ImagePipeline
+
     results: list[ProbeResult] = []
+    found = services.get(ImagePipeline) if services is not None else None
+    pipeline = found if isinstance(found, ImagePipeline) else None
+
+    def one(env: Environment) -> list[ProbeResult]:
+        if pipeline is None:
+            return check_environment(env, kinds, runtime, run_id, sink, services)
+        pipeline.started(env)
+        try:
+            return check_environment(env, kinds, runtime, run_id, sink, services)
+        finally:
+            pipeline.done(env)  # its image may go first now
+
     pool = ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="envcheck")
+    if pipeline is not None:
+        pipeline.start()  # pulls ahead of the environments not started yet
     try:
-        futures = [pool.submit(check_environment, env, kinds, runtime, run_id, sink, services)
-                   for env in envs]
+        futures = [pool.submit(one, env) for env in envs]
         for future in as_completed(futures):
             results.extend(future.result())
     except BaseException:
         # Interrupted: start nothing new; in-flight probes finish and remove their containers.
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    finally:
+        if pipeline is not None:
+            pipeline.stop()
     pool.shutdown(wait=True)
     order = {env.id: i for i, env in enumerate(envs)}
     results.sort(key=lambda r: (order[r.env_id], list(ProbeKind).index(r.kind)))

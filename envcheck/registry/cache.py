@@ -12,7 +12,8 @@ the budget, envcheck removes its own pulls, least recently used first, and never
   may be looked at again);
 - one the catalogue pins (``keep: true``: the digests or references handed in);
 - one pulled or used within ``min_age_s`` (a probe that was just handed it has not yet
-  started its container; the kubelet's ``imageMinimumGCAge`` is 2 minutes for the same reason).
+  started its container; the kubelet's ``imageMinimumGCAge`` is 2 minutes for the same reason),
+  unless its probes said they are done with it (``release``: ``envcheck check``'s pipeline).
 
 Removing a pull removes envcheck's references to it (its cache tag, then its
 ``repository@digest``), never by force: an image someone else also tagged stays theirs.
@@ -116,6 +117,9 @@ class ImageCache:
         self.layer_cache = LayerCache()
         self._budget_bytes: int | None = None
         self._lock = threading.Lock()  # one eviction pass at a time
+        # (repository, digest) of pulls whose probes are done (``release``): evictable at
+        # once, however recently used, until used again
+        self._released: set[tuple[str, str]] = set()
 
     @property
     def budget_bytes(self) -> int | None:
@@ -139,9 +143,15 @@ class ImageCache:
         """Evict until ``need`` more bytes fit under the budget (and at least ``at_least``
         pulls went: a disk that filled wants room whatever the budget says), or nothing more
         may go. Returns what went; the caller compares ``usage() + need`` with the budget."""
+        return self.room(need, keep_ids=keep_ids, at_least=at_least)[0]
+
+    def room(self, need: int, *, keep_ids: Collection[str] = (), at_least: int = 0
+             ) -> tuple[list[Eviction], int]:
+        """:meth:`make_room`, and the usage it leaves (from the same look of the engine's
+        disk: one ``/system/df`` fewer than asking ``usage()`` after)."""
         budget = self.budget_bytes
         if budget is None and at_least <= 0:
-            return []
+            return [], 0
         limit = budget if budget is not None else float("inf")
         with self._lock:
             seen, entries = self.look()
@@ -163,8 +173,20 @@ class ImageCache:
                 self.stats.evicted(freed)
                 log.info("evicted", extra={"image": entry.reference, "freed_bytes": freed,
                                            "last_used_at": entry.last_used_at.isoformat()})
-            self.stats.cache(seen.usage(remaining()), budget)
-            return evicted
+            used = seen.usage(remaining())
+            self.stats.cache(used, budget)
+            return evicted, used
+
+    def release(self, repository: str, digest: str) -> None:
+        """The probes that wanted ``repository@digest`` are done (``envcheck check``'s
+        pipeline): it may go before its ``min_age_s``, least recently used first as ever."""
+        with self._lock:
+            self._released.add((repository, digest))
+
+    def hold(self, repository: str, digest: str) -> None:
+        """``repository@digest`` is wanted again: its ``min_age_s`` protects it anew."""
+        with self._lock:
+            self._released.discard((repository, digest))
 
     def evict(self, entry: LedgerEntry) -> bool:
         """Remove one pull now, whatever its age (the image just pulled that does not fit)."""
@@ -179,7 +201,8 @@ class ImageCache:
         for entry in entries:  # least recently used first
             if entry.digest in pinned or entry.reference in pinned:
                 continue
-            if entry.image_id in keep_ids or entry.last_used_at > young:
+            released = (entry.repository, entry.digest) in self._released
+            if entry.image_id in keep_ids or (entry.last_used_at > young and not released):
                 continue
             if seen.in_use(entry.image_id):
                 continue
@@ -215,6 +238,7 @@ class ImageCache:
                     return False
                 raise
         self.ledger.forget(entry.repository, entry.digest)
+        self._released.discard((entry.repository, entry.digest))
         return True
 
     def _retag(self, entry: LedgerEntry, repository: str, tag: str) -> None:

@@ -58,6 +58,10 @@ class RegistrySettings:
     look_deadline_s: float = 30.0
     pull_deadline_s: float = 1800.0
     certs_dir: Path | None = None  # the engine's CA files per registry (tests: their own)
+    # pulled ahead of their probes: at most this many images waiting unused (0: no prefetch)
+    prefetch_count: int = 4
+    # and at most these bytes of them: a share of the budget ("50%") or bytes ("2GiB")
+    prefetch_bytes: str = "50%"
 
 
 def catalogue_sources(registries: Iterable[CatalogueCredentials]) -> dict[str, CredentialSource]:
@@ -128,7 +132,9 @@ class RegistryImages:
         cache = ImageCache(api, ledger, budget, stats=stats, pinned=pins.get)
         puller = Puller(api, stats=stats, credentials=credentials_from(credentials),
                         backoff=backoff)
-        images = LocalImages(api, puller, cache, sizes=ManifestSizes(watcher, credentials))
+        images = LocalImages(api, puller, cache, sizes=ManifestSizes(watcher, credentials),
+                             prefetch_count=settings.prefetch_count,
+                             prefetch_bytes=_prefetch_bytes(settings.prefetch_bytes, cache))
         fleet = cls(watcher, credentials, images, pull_deadline_s=settings.pull_deadline_s,
                     pins=pins)
         fleet.settings = settings
@@ -237,11 +243,22 @@ class RegistryImages:
     def prefetch(self, wanted: Iterable[tuple[Environment, str]]) -> int:
         """Pull ahead the images of ``wanted`` (soonest first), within the cache's bounds;
         how many pulls were started."""
-        if self.images is None:
+        if self.images is None or self.images.prefetch_count <= 0:
             return 0
         targets = [PullTarget(ImageReference.parse(env.image).name, digest)
                    for env, digest in wanted]
         return len(self.images.prefetch(targets))
+
+    @property
+    def prefetch_count(self) -> int:
+        """How many images may wait pulled ahead of their probes (0: none)."""
+        return self.images.prefetch_count if self.images is not None else 0
+
+    def release(self, env: Environment, digest: str) -> None:
+        """The probes that wanted ``env``'s image at ``digest`` are done with it: it may be
+        evicted at once (``envcheck check``'s pipeline), least recently used first."""
+        if self.images is not None:
+            self.images.release(PullTarget(ImageReference.parse(env.image).name, digest))
 
     def watched_digest(self, env_id: str) -> str | None:
         """The digest the last look saw (for a task handed to another node)."""
@@ -314,6 +331,16 @@ class _Pins:
 
     def get(self) -> frozenset[str]:
         return self.held
+
+
+def _prefetch_bytes(text: str, cache: ImageCache) -> int | None:
+    """``50%``: that share of the cache's budget (None without a budget: the count alone
+    bounds the prefetch); else bytes."""
+    bound = parse_budget(text, "the prefetch's bytes")
+    if bound.bytes is not None:
+        return bound.bytes
+    budget = cache.budget_bytes
+    return None if budget is None or bound.share is None else int(budget * bound.share)
 
 
 def _architecture(info: dict[str, Any]) -> str:

@@ -9,6 +9,8 @@ the puller:
 2. else its size is asked of the registry's manifest when ``sizes`` can tell: larger than the
    whole budget is ``error image_cache_full`` before any byte moves; room is made for it
    (``cache.make_room``) and the pull is an intent in the ledger;
+   (a probe's pull whose estimate does not fit goes ahead if its compressed bytes do: the
+   estimate counts layers the engine may hold already);
 3. it is pulled by digest to the deadline (``pull.Puller``); a disk that fills mid-pull makes
    room and tries once more, else ``image_cache_full``;
 4. the ledger records it, and the cache is brought back under its budget (never evicting the
@@ -25,7 +27,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,7 +74,7 @@ class LocalImages:
     def __init__(self, api: docker.APIClient, puller: Puller, cache: ImageCache, *,
                  sizes: ImageSizes | None = None, prefetch_count: int = 4,
                  prefetch_bytes: int | None = None, prefetch_threads: int = 2,
-                 prefetch_timeout_s: float = 900.0) -> None:
+                 prefetch_timeout_s: float = 900.0, prefetch_hold_s: float = 900.0) -> None:
         self._api = api
         self.puller = puller
         self.cache = cache
@@ -82,10 +84,25 @@ class LocalImages:
         self._locks_guard = threading.Lock()
         # prefetched and not yet used: target -> bytes it holds (its estimate until pulled)
         self._ahead: OrderedDict[PullTarget, int] = OrderedDict()
+        self._ahead_since: dict[PullTarget, float] = {}  # monotonic, when it went ahead
         self._ahead_lock = threading.Lock()
         self.prefetch_count = prefetch_count
         self.prefetch_bytes = prefetch_bytes
         self._prefetch_timeout_s = prefetch_timeout_s
+        # a prefetched image no probe asked for within this long (its probe reused its
+        # evidence, or the environment went) no longer counts as ahead, nor is kept for it
+        self.prefetch_hold_s = prefetch_hold_s
+        # bytes made room for by pulls under way (their estimates): two pulls at once each
+        # make room for the other's too, so the cache never passes its budget between them
+        self._inflight: dict[PullTarget, int] = {}
+        self._room_lock = threading.Condition()  # notified when a pull under way ends
+        # told of every image made local (pulled or found), and whether by a prefetch
+        self.listeners: list[Callable[[PullTarget, LocalImage, bool], None]] = []
+        # the layers of each image on the engine (an image's layers never change): which
+        # of a manifest's layers a pull would not move (``sizes`` leaves them out)
+        self._image_layers: dict[str, tuple[str, ...]] = {}
+        if sizes is not None and getattr(sizes, "local_layers", False) is None:
+            sizes.local_layers = self.engine_layers  # type: ignore[attr-defined]
         self._pool = ThreadPoolExecutor(max(prefetch_threads, 1),
                                         thread_name_prefix="envcheck-prefetch")
 
@@ -96,22 +113,44 @@ class LocalImages:
         missing before ``deadline`` (``time.monotonic()``)."""
         target = _target(reference, digest)
         with self._ahead_lock:
-            self._ahead.pop(target, None)  # used now: no longer ahead of its probe
+            was_ahead = self._ahead.pop(target, None) is not None  # no longer ahead: used
+            self._ahead_since.pop(target, None)
+        self.cache.hold(target.repository, target.digest)
         with engine_calls(target.reference):
-            return self._ensure(target, deadline, touch=True)
+            local = self._ensure(target, deadline, touch=True)
+        if was_ahead and not local.pulled:
+            self.stats.prefetch_used()
+        self._tell(target, local, False)
+        return local
 
-    def _ensure(self, target: PullTarget, deadline: float, *, touch: bool) -> LocalImage:
+    def release(self, target: PullTarget) -> None:
+        """The probes that wanted ``target`` are done with it: evictable at once (least
+        recently used first), not held for the cache's ``min_age_s``."""
+        self.cache.release(target.repository, target.digest)
+
+    def _ensure(self, target: PullTarget, deadline: float, *, touch: bool,
+                ahead: bool = False) -> LocalImage:
         found = self._present(target)
         if found is not None:
             self.stats.looked_up(hit=True)
             return self._used(target, found, touch)
+        waiting = time.monotonic()
         with self._lock_for(target):  # two probes of one image: one pulls, the other waits
             found = self._present(target)
-            if found is not None:
+            if found is not None:  # the other (a prefetch) pulled it: the wait was a pull's
                 self.stats.looked_up(hit=True)
-                return self._used(target, found, touch)
-            self.stats.looked_up(hit=False)
-            return self._pull(target, deadline)
+                used = self._used(target, found, touch)
+                return LocalImage(used.image_id, time.monotonic() - waiting, False)
+            if not ahead:
+                self.stats.looked_up(hit=False)
+            return self._pull(target, deadline, ahead=ahead)
+
+    def _tell(self, target: PullTarget, local: LocalImage, ahead: bool) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(target, local, ahead)
+            except Exception:  # a listener (a progress bar) never fails a pull
+                log.exception("an image listener failed")
 
     def _used(self, target: PullTarget, image_id: str, touch: bool) -> LocalImage:
         if touch and self.cache.ledger.get(target.repository, target.digest) is not None:
@@ -131,7 +170,8 @@ class LocalImages:
         with self._locks_guard:
             return self._locks.setdefault(target, threading.Lock())
 
-    def _pull(self, target: PullTarget, deadline: float) -> LocalImage:
+    def _pull(self, target: PullTarget, deadline: float, *, ahead: bool = False
+              ) -> LocalImage:
         budget = self.cache.budget_bytes
         compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
         if compressed is not None and budget is not None and compressed > budget:
@@ -139,32 +179,75 @@ class LocalImages:
                               f"more than the whole image cache ({budget} bytes)",
                               image_bytes=compressed, budget_bytes=budget)
         need = int(compressed * EXPANSION) if compressed is not None else 0
-        self._room(target, need)
+        self._room(target, need, deadline, ahead=ahead)
         ledger = self.cache.ledger
-        ledger.begin(target.repository, target.digest, datetime.now(UTC))
         try:
-            pulled = self._pull_with_room(target, deadline, need)
-        except BaseException:
-            ledger.abandon(target.repository, target.digest)
-            raise
-        now = datetime.now(UTC)
-        size = int(self._api.inspect_image(pulled.image_id).get("Size") or 0)
-        ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
-                                  now, now))
-        self._trim(target, pulled)
+            ledger.begin(target.repository, target.digest, datetime.now(UTC))
+            try:
+                pulled = self._pull_with_room(target, deadline, need)
+            except BaseException:
+                ledger.abandon(target.repository, target.digest)
+                raise
+            now = datetime.now(UTC)
+            attrs = self._api.inspect_image(pulled.image_id)
+            size = int(attrs.get("Size") or 0)
+            learn = getattr(self._sizes, "learn", None)
+            if learn is not None:
+                learn(target, list((attrs.get("RootFS") or {}).get("Layers") or []))
+            ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
+                                      now, now))
+        finally:
+            with self._room_lock:
+                self._inflight.pop(target, None)  # on the engine now, or not at all
+                self._room_lock.notify_all()
+        if ahead:
+            self.stats.prefetched()
+        self._trim(target, pulled, size)
         return LocalImage(pulled.image_id, pulled.seconds, True, pulled.downloaded)
 
-    def _room(self, target: PullTarget, need: int) -> None:
+    def _room(self, target: PullTarget, need: int, deadline: float, *,
+              ahead: bool = False) -> None:
+        """Room for ``need`` bytes beside the pulls under way, reserved for this pull. A
+        probe's own pull that finds none waits for the pulls under way (within its
+        deadline: what they bring in makes older pulls evictable), then takes room from the
+        prefetched images no probe has used yet (the latest due first): a probe due now goes
+        before a prefetch. A prefetch that finds none gives up at once."""
         budget = self.cache.budget_bytes
         if budget is None:
             return
-        self.cache.make_room(need, keep_ids=self._ahead_ids())
-        used = self.cache.usage()
-        if used + need > budget:
-            raise _cache_full(target, f"the image cache holds {used} bytes of images in use, "
-                              f"pinned or just used, and {need} more do not fit its "
-                              f"{budget} bytes", used_bytes=used, need_bytes=need,
-                              budget_bytes=budget)
+        with self._room_lock:  # one reservation at a time: two pulls never share one room
+            while True:
+                others = sum(self._inflight.values())
+                _, used = self.cache.room(need + others, keep_ids=self._ahead_ids())
+                if used + others + need <= budget or ahead:
+                    break
+                left = deadline - time.monotonic()
+                if others and left > 0:
+                    self._room_lock.wait(min(left, 5.0))
+                elif not self._drop_last_ahead():
+                    break
+            floor = int(need / EXPANSION)  # the compressed bytes: what it takes at least
+            if used + others + need > budget and (ahead or used + others + floor > budget):
+                raise _cache_full(target, f"the image cache holds {used} bytes of images in "
+                                  f"use, pinned or just used, {others} more are being pulled, "
+                                  f"and {need} more do not fit its {budget} bytes",
+                                  used_bytes=used, pulling_bytes=others, need_bytes=need,
+                                  budget_bytes=budget)
+            # a probe's pull whose estimate does not fit but whose compressed bytes do goes
+            # ahead (some of its layers may be on the engine already: a base): the cache is
+            # brought back under its budget once the pull shows what it took
+            self._inflight[target] = min(need, max(budget - used - others, 0))
+
+    def _drop_last_ahead(self) -> bool:
+        """The prefetched image due last no longer counts as ahead, and may be evicted at
+        once; False when none is left."""
+        with self._ahead_lock:
+            if not self._ahead:
+                return False
+            target, _ = self._ahead.popitem(last=True)
+            self._ahead_since.pop(target, None)
+        self.cache.release(target.repository, target.digest)
+        return True
 
     def _pull_with_room(self, target: PullTarget, deadline: float, need: int) -> Pulled:
         try:
@@ -179,12 +262,16 @@ class LocalImages:
                 raise
             return self.puller.pull(target, deadline)
 
-    def _trim(self, target: PullTarget, pulled: Pulled) -> None:
+    def _trim(self, target: PullTarget, pulled: Pulled, size: int) -> None:
         """Back under the budget after the pull; an image that alone passes it is refused."""
         budget = self.cache.budget_bytes
         if budget is None:
             return
-        self.cache.make_room(0, keep_ids={pulled.image_id, *self._ahead_ids()})
+        with self._room_lock:
+            others = sum(self._inflight.values())
+        self.cache.make_room(others, keep_ids={pulled.image_id, *self._ahead_ids()})
+        if size <= budget:  # what it alone takes is at most its size: no look needed
+            return
         alone = footprint(self._api, {pulled.image_id}, self.cache.layer_cache).usage()
         if alone > budget:
             entry = self.cache.ledger.get(target.repository, target.digest)
@@ -201,6 +288,7 @@ class LocalImages:
         ``prefetch_count`` prefetched images wait unused and their bytes stay under
         ``prefetch_bytes``. What is already on the engine or already ahead is skipped."""
         futures: list[Future[LocalImage | None]] = []
+        self._expire_ahead()
         for item in targets:
             target = item if isinstance(item, PullTarget) else PullTarget(*item)
             with self._ahead_lock:
@@ -218,26 +306,63 @@ class LocalImages:
                 break
             with self._ahead_lock:
                 self._ahead[target] = estimate
+                self._ahead_since[target] = time.monotonic()
+            self.cache.hold(target.repository, target.digest)
             futures.append(self._pool.submit(self._prefetch_one, target, deadline))
         return futures
+
+    def _expire_ahead(self) -> None:
+        """Prefetched images no probe asked for within ``prefetch_hold_s`` stop counting."""
+        limit = time.monotonic() - self.prefetch_hold_s
+        with self._ahead_lock:
+            stale = [t for t, since in self._ahead_since.items() if since < limit]
+            for target in stale:
+                self._ahead.pop(target, None)
+                self._ahead_since.pop(target, None)
+        for target in stale:
+            self.cache.release(target.repository, target.digest)
 
     def _estimate(self, target: PullTarget, deadline: float) -> int:
         compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
         return int(compressed * EXPANSION) if compressed is not None else 0
 
     def _prefetch_one(self, target: PullTarget, deadline: float) -> LocalImage | None:
+        with self._ahead_lock:
+            if target not in self._ahead:  # its probe came first, or it was given up
+                return None
         try:
             with engine_calls(target.reference):
-                local = self._ensure(target, deadline, touch=False)
+                local = self._ensure(target, deadline, touch=False, ahead=True)
         except EnvcheckError as exc:  # the probe's own ensure reports it; here it is a note
             with self._ahead_lock:
                 self._ahead.pop(target, None)
+                self._ahead_since.pop(target, None)
+            self.stats.prefetched(failed=True)
             log.info("prefetch failed", extra={"image": target.reference, "error": str(exc)})
             return None
         with self._ahead_lock:
             if target in self._ahead:  # what it holds now, in place of the estimate
                 self._ahead[target] = self._size_of(local.image_id)
+        self._tell(target, local, True)
         return local
+
+    def engine_layers(self) -> frozenset[str]:
+        """The layers (uncompressed digests) of every image on the engine now."""
+        ids = [str(image.get("Id")) for image in self._api.images(all=True)]
+        held: set[str] = set()
+        for image_id in ids:
+            layers = self._image_layers.get(image_id)
+            if layers is None:
+                try:
+                    attrs = self._api.inspect_image(image_id)
+                except docker.errors.NotFound:
+                    continue
+                layers = tuple((attrs.get("RootFS") or {}).get("Layers") or [])
+                self._image_layers[image_id] = layers
+            held.update(layers)
+        for gone in set(self._image_layers) - set(ids):
+            self._image_layers.pop(gone, None)
+        return frozenset(held)
 
     def _size_of(self, image_id: str) -> int:
         try:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable, Collection, Sequence
 
 import requests
 import urllib3.exceptions
@@ -35,35 +37,66 @@ from envcheck.registry.watch import TagWatcher, _Look
 __all__ = ["ManifestSizes", "manifest_bytes"]
 
 log = logging.getLogger("envcheck.registry.sizes")
+MAX_LEARNED = 100_000  # layers (and manifests) remembered, oldest forgotten first
 
 
 def manifest_bytes(body: bytes) -> int | None:
     """Layers plus config of one image's manifest (Docker v2 or OCI); None for anything else
     (an index, not JSON, no layers)."""
+    parts = manifest_parts(body)
+    return None if parts is None else sum(size for _, size in parts)
+
+
+def manifest_parts(body: bytes) -> list[tuple[str, int]] | None:
+    """(blob digest, compressed bytes) of each layer, in order, then the config's; None for
+    anything but one image's manifest."""
     try:
         doc = json.loads(body)
     except ValueError:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         return None
-    total = 0
+    parts = []
     for part in [*doc["layers"], doc.get("config") or {}]:
         size = part.get("size") if isinstance(part, dict) else None
         if isinstance(size, int) and size >= 0:
-            total += size
-    return total
+            parts.append((str(part.get("digest") or ""), size))
+    return parts
 
 
 class ManifestSizes:
-    """``images.ImageSizes`` over the tag watch's ``watcher`` and ``credentials``."""
+    """``images.ImageSizes`` over the tag watch's ``watcher`` and ``credentials``.
+
+    A layer the engine already holds moves no byte and takes no more room: a manifest names
+    its layers by their compressed digest, the engine by their uncompressed one, and the two
+    are learned for each image pulled (``learn``: the manifest's layers and the image's
+    ``RootFS.Layers`` are in the same order). With ``local_layers`` (the uncompressed digests
+    the engine holds now), the size of the next image that shares them, a base most often,
+    leaves them out."""
 
     def __init__(self, watcher: TagWatcher, credentials: RegistryCredentials, *,
-                 clock: Clock = SYSTEM_CLOCK, deadline_s: float = 30.0) -> None:
+                 clock: Clock = SYSTEM_CLOCK, deadline_s: float = 30.0,
+                 local_layers: Callable[[], Collection[str]] | None = None) -> None:
         self._watcher = watcher
         self._credentials = credentials
         self._clock = clock
         self._deadline_s = deadline_s
+        self.local_layers = local_layers
+        self._parts: dict[str, list[tuple[str, int]]] = {}  # manifest digest -> its parts
+        self._diff_ids: dict[str, str] = {}  # a layer's blob digest -> its diff id
+        self._lock = threading.Lock()
         self.asked = 0  # manifests read (a test and the bench count them)
+
+    def learn(self, target: PullTarget, diff_ids: Sequence[str]) -> None:
+        """``target`` was pulled and its image has these layers (``RootFS.Layers``)."""
+        with self._lock:
+            parts = self._parts.pop(target.digest, None)
+            if parts is None or len(parts) - 1 != len(diff_ids):
+                return
+            for (blob, _), diff_id in zip(parts[:-1], diff_ids, strict=True):
+                self._diff_ids[blob] = diff_id
+            while len(self._diff_ids) > MAX_LEARNED:
+                self._diff_ids.pop(next(iter(self._diff_ids)))
 
     def size(self, target: PullTarget, deadline: float) -> int | None:
         ref = ImageReference.parse(target.reference)
@@ -85,4 +118,13 @@ class ManifestSizes:
         self.asked += 1
         if isinstance(answer, RegistryFailure) or answer.status != 200:
             return None
-        return manifest_bytes(answer.body)
+        parts = manifest_parts(answer.body)
+        if parts is None:
+            return None
+        with self._lock:
+            self._parts[target.digest] = parts
+            while len(self._parts) > MAX_LEARNED:
+                self._parts.pop(next(iter(self._parts)))
+            known = {blob: self._diff_ids[blob] for blob, _ in parts if blob in self._diff_ids}
+        held = set(self.local_layers()) if known and self.local_layers is not None else set()
+        return sum(size for blob, size in parts if known.get(blob) not in held or not blob)

@@ -35,6 +35,8 @@ class StatsSnapshot:
     looks: dict[tuple[str, str], int] = field(default_factory=dict)  # (registry, outcome)
     look_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     rate_remaining: dict[str, int] = field(default_factory=dict)  # registry -> last said
+    prefetches: dict[str, int] = field(default_factory=dict)  # outcome (ok, failed) -> pulls
+    prefetch_used: int = 0  # probes that found the image a prefetch had pulled for them
 
 
 @dataclass
@@ -54,6 +56,8 @@ class RegistryStats:
     _look_seconds: defaultdict[tuple[str, str], float] = field(
         default_factory=lambda: defaultdict(float))
     _rate_remaining: dict[str, int] = field(default_factory=dict)
+    _prefetches: Counter[str] = field(default_factory=Counter)
+    _prefetch_used: int = 0
 
     def looked(self, registry: str, outcome: str, seconds: float,
                rate_remaining: int | None = None) -> None:
@@ -88,6 +92,16 @@ class RegistryStats:
             else:
                 self._misses += 1
 
+    def prefetched(self, *, failed: bool = False) -> None:
+        """A pull ahead of its probe ended (a prefetch that found the image local is none)."""
+        with self._lock:
+            self._prefetches["failed" if failed else OUTCOME_OK] += 1
+
+    def prefetch_used(self) -> None:
+        """A probe found the image a prefetch had pulled for it."""
+        with self._lock:
+            self._prefetch_used += 1
+
     def snapshot(self) -> StatsSnapshot:
         with self._lock:
             return StatsSnapshot(
@@ -96,4 +110,5 @@ class RegistryStats:
                 budget_bytes=self._budget_bytes, evictions=self._evictions,
                 evicted_bytes=self._evicted_bytes, hits=self._hits, misses=self._misses,
                 looks=dict(self._looks), look_seconds=dict(self._look_seconds),
-                rate_remaining=dict(self._rate_remaining))
+                rate_remaining=dict(self._rate_remaining),
+                prefetches=dict(self._prefetches), prefetch_used=self._prefetch_used)

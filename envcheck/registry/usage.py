@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ def footprint(api: docker.APIClient, ours: Iterable[str], layer_cache: LayerCach
     mine = frozenset(ours)
     images: dict[str, ImageDisk] = {}
     foreign: set[str] = set()
-    df_images = list(api.df().get("Images") or [])
+    df_images = list(_df(api).get("Images") or [])
     sharing_mine = any(int(img.get("SharedSize") or 0) > 0
                        for img in df_images if img.get("Id") in mine)
     for img in df_images:
@@ -115,6 +116,26 @@ def footprint(api: docker.APIClient, ours: Iterable[str], layer_cache: LayerCach
         images[image_id] = ImageDisk(image_id, max(int(img.get("Size") or 0), 0), shared,
                                      max(int(img.get("Containers") or 0), 0), layers)
     return DiskFootprint(images, mine, frozenset(foreign))
+
+
+# The engine runs one disk usage operation at a time and refuses another meanwhile ("a disk
+# usage operation is already running"): this process' looks take turns, and one that meets
+# another process' is asked again a little later.
+_DF_LOCK = threading.Lock()
+_DF_BUSY = "disk usage operation is already running"
+DF_TRIES = 30
+
+
+def _df(api: docker.APIClient) -> dict[str, Any]:
+    with _DF_LOCK:
+        for attempt in range(DF_TRIES):
+            try:
+                return dict(api.df())
+            except docker.errors.APIError as exc:
+                if _DF_BUSY not in str(exc) or attempt == DF_TRIES - 1:
+                    raise
+                time.sleep(min(0.05 * (attempt + 1), 0.5))
+    raise AssertionError("unreachable")
 
 
 def _layers(attrs: dict[str, Any], history: list[dict[str, Any]]) -> Layers:

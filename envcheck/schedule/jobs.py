@@ -96,6 +96,10 @@ class Jobs:
                           time.time())
         log.info("probing rate changed", extra={"environments": sorted(env_ids)})
 
+    def upcoming(self, until: float, limit: int) -> list[tuple[Key, float]]:
+        """At most ``limit`` jobs due by ``until`` (epoch seconds), soonest first."""
+        return self._timetable.upcoming(until, limit)
+
     def get(self, key: Key) -> Job | None:
         return self._timetable.get(key)
 

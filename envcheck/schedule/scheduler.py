@@ -33,10 +33,14 @@ Idle cost: the timetable's thread sleeps until the next job is due (the enqueue 
 in it, no pool), APScheduler's until the next window, workers sleep on a condition, and an
 empty window costs one query.
 
+The images envcheck pulls (``pull: watch``) of the next due probes are pulled ahead of their
+slots (:mod:`.prefetch`: the queued work, then the jobs due within ``prefetch_horizon_s``), so
+a worker does not wait on the registry.
+
 The parts, composed here: the jobs (:mod:`.jobs`), the workers and their budget
-(:mod:`.workers`), the windows (:mod:`.windows`), what is known of the fleet (:mod:`.ledger`,
-read by :mod:`.reads`), the catch-up (:mod:`.catchup`) and a reload's job changes
-(:mod:`.reload`).
+(:mod:`.workers`), the pulls ahead (:mod:`.prefetch`), the windows (:mod:`.windows`), what is
+known of the fleet (:mod:`.ledger`, read by :mod:`.reads`), the catch-up (:mod:`.catchup`) and
+a reload's job changes (:mod:`.reload`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from envcheck.catalogue.models import Catalogue
+from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.errors import StoreError
 from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind
@@ -64,6 +68,7 @@ from envcheck.schedule.budget import BudgetLimits
 from envcheck.schedule.catchup import catch_up
 from envcheck.schedule.jobs import Jobs
 from envcheck.schedule.ledger import Ledger
+from envcheck.schedule.prefetch import Prefetch
 from envcheck.schedule.reads import latest_outcomes, states
 from envcheck.schedule.reload import renew_jobs
 from envcheck.schedule.timetable import Job
@@ -90,7 +95,9 @@ class ProbeScheduler:
                  on_cycle: Callable[[], None] | None = None,
                  writes: PendingWrites | None = None,
                  budget: BudgetLimits | None = None,
-                 outages: StoreOutages | None = None) -> None:
+                 outages: StoreOutages | None = None,
+                 prefetch_interval_s: float = 5.0,
+                 prefetch_horizon_s: float = 300.0) -> None:
         self._catalogue = catalogue
         # what the store being unavailable stops, said once per outage
         self._outages = outages or StoreOutages()
@@ -115,7 +122,11 @@ class ProbeScheduler:
             self._lock, self._stopping, self._ledger, self._windows, executor, self._writes,
             concurrency=concurrency, per_image=per_image, budget=budget or BudgetLimits(),
             services=services(catalogue, store) if services else None)
-        self._jobs = Jobs(self._ledger, lambda key, due: self._workers.due(key[0], key[1], due))
+        self._jobs = Jobs(self._ledger, self._due)
+        # the images of the next due probes pulled ahead of their slots (pull: watch)
+        self._prefetch = Prefetch(self._upcoming, lambda: self._workers.services,
+                                  self._stopping, interval_s=prefetch_interval_s)
+        self._prefetch_horizon_s = prefetch_horizon_s
         # the windows and the catch-up, on one thread of their own
         self._aps = BackgroundScheduler(
             timezone=UTC, executors={"window": ThreadPoolExecutor(1)},
@@ -152,6 +163,7 @@ class ProbeScheduler:
             self._aps.add_job(self._catch_up, id=CATCH_UP_JOB, executor="window")
         self._workers.start()
         self._jobs.start()
+        self._prefetch.start()
         self._aps.start()
         log.info("scheduler started", extra={"jobs": len(self._jobs),
                                              "environments": len(self._ledger.envs),
@@ -165,6 +177,7 @@ class ProbeScheduler:
         deadline = time.monotonic() + grace_s
         dropped = self._workers.stop()
         self._jobs.stop()
+        self._prefetch.stop()
         if self._aps.running:
             # The one-off catch-up gone first: APScheduler removes a one-off job it has just
             # handed over, and once shut down it looks for it among jobs not yet added, so a
@@ -223,6 +236,23 @@ class ProbeScheduler:
             log.info("fleet changed: environments retired or back",
                      extra={"transitions": moved})
 
+
+    def _due(self, key: Key, due: float) -> bool:
+        queued = self._workers.due(key[0], key[1], due)
+        if queued:
+            self._prefetch.poke()
+        return queued
+
+    def _upcoming(self, limit: int) -> list[tuple[Environment, ProbeKind]]:
+        """The next due probes, soonest first: the queued work, then the jobs due within
+        the prefetch's horizon."""
+        keys = self._workers.waiting(limit)
+        if len(keys) < limit:
+            until = time.time() + self._prefetch_horizon_s
+            keys += [key for key, _ in self._jobs.upcoming(until, limit - len(keys))
+                     if key not in keys]
+        envs = self._ledger.envs
+        return [(envs[env_id], kind) for env_id, kind in keys if env_id in envs]
 
     def _catch_up(self) -> None:
         catch_up(self._store, self._ledger, self._assessment, self._stopping,

@@ -109,6 +109,13 @@ class Timetable:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def upcoming(self, until: float, limit: int) -> list[tuple[Key, float]]:
+        """At most ``limit`` entries due by ``until`` (epoch seconds), soonest first."""
+        with self._cond:
+            return [(key, at) for at, key in heapq.nsmallest(
+                limit, ((e.at, k) for k, e in self._entries.items() if e.at <= until),
+                key=lambda item: item[0])]
+
     def _compact(self) -> None:
         """Replaced and removed entries leave stale heap items: rebuilt when they outnumber
         the live ones (a reload, many quarantine changes), so the heap stays bounded."""

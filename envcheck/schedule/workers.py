@@ -129,6 +129,11 @@ class Workers:
             self._work_ready.notify()
         return True
 
+    def waiting(self, limit: int) -> list[Key]:
+        """At most ``limit`` queued work, best first (what the workers take next)."""
+        with self._lock:
+            return [work.key for work in sorted(self._queue.waiting())[:limit]]
+
     def urgent(self, env_id: str, kind: ProbeKind) -> bool:
         """Probe now, ahead of the queue and past the budget; False if stopping or the
         environment is unknown."""
