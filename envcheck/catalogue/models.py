@@ -71,7 +71,8 @@ class Schedules(CatalogueModel):
         "how often a watched image's tag is looked up in its registry (pull: watch): one "
         "HEAD, no pull, no container"))
     jitter_s: float = Field(30.0, ge=0)
-    quarantined_factor: float = Field(4.0, ge=1, description="slow-down when quarantined (not of the image kind's looks)")
+    quarantined_factor: float = Field(
+        4.0, ge=1, description="slow-down when quarantined (not of the image kind's looks)")
 
     def interval(self, kind: ProbeKind, quarantined: bool) -> float | None:
         """Seconds between probes of ``kind`` (None: off), slowed down while quarantined,
