@@ -5,6 +5,7 @@ pointed at, newest first, each with its results per kind; no error box."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -12,9 +13,12 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from envcheck.catalogue.models import Environment, Suite
+from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
+from envcheck.feed.assess import evaluate
 from envcheck.store import open_store
 from tests.conftest import ROOT
-from tests.digest_seed import LOCAL, NEW, OLD, seed_moved_tag
+from tests.digest_seed import LOCAL, NEW, OLD, T0, seed_moved_tag
 
 APP = ROOT / "dashboards" / "app.py"
 
@@ -70,3 +74,35 @@ def test_a_local_image_has_no_tag_to_follow(store_url: str) -> None:
     text = "\n".join(m.value for m in at.markdown)
     assert "is followed in its registry" not in text
     assert digests(at)["digest"].tolist() == [LOCAL]
+
+
+def test_an_environment_with_errors_only_draws_no_rate(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kind assessed with no run (the registry's errors alone: a tag never pushed) shows
+    its table and no chart, not an error box."""
+    url = f"sqlite:///{tmp_path / 'envcheck.db'}"
+    env = Environment(id="never-pushed", suite="reg", pull="watch",
+                      image="127.0.0.1:5055/team/gone:latest")
+    with open_store(url) as store:
+        store.sync_suites([Suite(id="reg", description="", file="r.yaml", allow_degraded=False,
+                                 environment_ids=(env.id,))])
+        store.sync_environments([env])
+        run_id = store.start_run("test", [])
+        for minute, kind in enumerate((ProbeKind.IMAGE, ProbeKind.TERMINAL)):
+            store.record(run_id, ProbeResult(
+                env_id=env.id, kind=kind, status=Status.ERROR,
+                reason=Reason.REGISTRY_UNREACHABLE, summary="the registry did not answer",
+                duration_s=0.1, started_at=T0 + timedelta(minutes=minute)))
+        store.finish_run(run_id)
+        evaluate(store, [env], now=T0 + timedelta(minutes=5))
+    monkeypatch.setenv("ENVCHECK_DATABASE_URL", url)
+    for name in ("ENVCHECK_API_URL", "ENVCHECK_API_TOKEN", "ENVCHECK_API_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        at = environment_page(env.id)
+        kinds = [d.value for d in at.dataframe if "SPRT LLR" in d.value.columns]
+        assert kinds and set(kinds[0]["kind"]) == {"image", "terminal"}
+        assert (kinds[0]["runs"] == 0).all()
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()

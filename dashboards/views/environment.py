@@ -126,7 +126,9 @@ if rows:
                "health model decides on); `window` counts the runs of the last 500 results of "
                "any identity. The interval is honest with few runs: 5 clean runs only prove a "
                "failure rate under ~45%.")
-    st.altair_chart(ui.rate_chart([r for r in rows if r["runs"]]), width="stretch")
+    charted = [r for r in rows if r["runs"]]
+    if charted:  # every kind may have errors only (a registry's): no rate to draw
+        st.altair_chart(ui.rate_chart(charted), width="stretch")
 else:
     st.caption("Not assessed yet.")
 
