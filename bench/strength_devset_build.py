@@ -98,6 +98,10 @@ def sdist(spec: str) -> Path:
     return found[0]
 
 
+def _wheel(folder: Path, prefix: str) -> list[Path]:
+    return [p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)]
+
+
 def wheels(specs: list[str]) -> list[Path]:
     """Pure or CPython 3.11 wheels for ``specs`` (each NAME==VERSION), cached."""
     folder = CACHE / "wheels"
@@ -106,15 +110,14 @@ def wheels(specs: list[str]) -> list[Path]:
     for spec in specs:
         name, version = spec.split("==")
         norm = name.lower().replace("-", "_")
-        def match() -> list[Path]:
-            return [p for p in folder.glob("*.whl")
-                    if p.name.lower().startswith(f"{norm}-{version}-")]
-        if not match():
+        prefix = f"{norm}-{version}-"
+        if not _wheel(folder, prefix):
             _pip("--no-deps", "--only-binary", ":all:", "--python-version", "3.11",
                  "--platform", "manylinux2014_x86_64", spec, "-d", str(folder))
-        if not match():
+        found = _wheel(folder, prefix)
+        if not found:
             raise RuntimeError(f"pip download gave no wheel for {spec}")
-        out.append(match()[0])
+        out.append(found[0])
     return out
 
 
@@ -171,8 +174,9 @@ def build_all(names: list[str] | None = None, force: bool = False) -> dict[str, 
     client = docker.from_env(timeout=BUILD_TIMEOUT_S)
     try:
         client.images.get(BASE_IMAGE)
-    except ImageNotFound:
-        raise SystemExit(f"the base image {BASE_IMAGE} is missing: run images/base/build.sh")
+    except ImageNotFound as exc:
+        raise SystemExit(f"the base image {BASE_IMAGE} is missing: run images/base/build.sh"
+                         ) from exc
     done = {}
     for instance_id, spec in sources()["instances"].items():
         if names and instance_id not in names:
