@@ -223,6 +223,46 @@ def run(ids: list[str], with_wrong: bool) -> dict[str, Any]:
         {i: r for i, r in rows.items() if "original" in r and "weak" in r}, split)}
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The per-instance table and the totals, as bench/README.md shows them."""
+    lines = ["| instance | split | original: verdict, score (killed/confirmed, apart) | "
+             "weakened: verdict, score (killed/confirmed, apart) | s/task | wrong fixes "
+             "verified |", "|---|---|---|---|---|---|"]
+    for iid, row in report["rows"].items():
+        cells = []
+        for part in ("original", "weak"):
+            r = row[part]
+            cells.append(f"{r['reason']}, {r['score']} ({r['killed']}/{r['confirmed']}, "
+                         f"{r['not_distinguished']}+{r['unclassified']})")
+        wrong = row.get("wrong", {})
+        ok = sum(w["verified"] for w in wrong.values())
+        secs = (row["original"]["seconds"] + row["weak"]["seconds"]) / 2
+        lines.append(f"| {iid} | {row['split']} | {cells[0]} | {cells[1]} | {secs:.0f} | "
+                     f"{ok} of {len(wrong)} runs |")
+    lines += ["", "| split | instances | originals called weak | weakened called weak | "
+              "originals not measurable | s/task |", "|---|---|---|---|---|---|"]
+    for name, t in report["summary"].items():
+        lines.append(f"| {name} | {t['instances']} | {t['original_weak']} | "
+                     f"{t['weakened_weak']} of {t['instances']} | "
+                     f"{t['original_not_measurable']} | {t['seconds_per_task']} |")
+    lines += ["", "| min_score / min_competent | originals weak | weakened weak | originals "
+              "not measurable |", "|---|---|---|---|"]
+    every = report["summary"].get("all", {}).get("thresholds", {})
+    for key, t in every.items():
+        lines.append(f"| {key} | {t['original_weak']} | {t['weakened_weak']} | "
+                     f"{t['original_not_measurable']} |")
+    return "\n".join(lines)
+
+
+def merged(paths: list[Path]) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for path in paths:
+        rows.update(json.loads(path.read_text(encoding="utf-8"))["rows"])
+    split = {i: r["split"] for i, r in rows.items()}
+    return {"rows": rows, "summary": summarise(
+        {i: r for i, r in rows.items() if "original" in r and "weak" in r}, split)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -233,10 +273,15 @@ def main() -> int:
     r.add_argument("--only", nargs="*", default=None)
     r.add_argument("--skip-wrong", action="store_true")
     r.add_argument("--json", type=Path, default=OUT / "results.json")
+    m = sub.add_parser("report", help="merge results files and print the README's tables")
+    m.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
     try:
         if args.cmd == "build":
             build_all(args.ids or None, force=args.force)
+            return 0
+        if args.cmd == "report":
+            print(markdown(merged(args.files)))
             return 0
         ids = args.only or list(sources()["instances"])
         report = run(ids, with_wrong=not args.skip_wrong)
