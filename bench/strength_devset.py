@@ -229,6 +229,8 @@ def markdown(report: dict[str, Any]) -> str:
              "weakened: verdict, score (killed/confirmed, apart) | s/task | wrong fixes "
              "verified |", "|---|---|---|---|---|---|"]
     for iid, row in report["rows"].items():
+        if "original" not in row or "weak" not in row:
+            continue
         cells = []
         for part in ("original", "weak"):
             r = row[part]
@@ -254,9 +256,48 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rows_from_store(db: Path) -> dict[str, Any]:
+    """The rows of a run read back from its store (``store.db``): what a run cut short, or
+    still going, has recorded so far (a task's seconds: its probe's duration)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        found = {env: (status, reason, summary, seconds, json.loads(details or "{}"))
+                 for env, status, reason, summary, seconds, details in con.execute(
+                     "select env_id, status, reason, summary, duration_s, details "
+                     "from probe_result where kind = 'tests' order by started_at")}
+    ids = list(sources()["instances"])
+    rows: dict[str, Any] = {}
+    for env, (status, reason, summary, seconds, details) in found.items():
+        result = {"status": status, "reason": reason, "summary": summary,
+                  "details": details}
+        base = next((i for i in ids if env == i or env.startswith(i + "-")), None)
+        if base is None:
+            continue
+        row = rows.setdefault(base, {"split": sources()["instances"][base]["split"]})
+        if env == base:
+            row["original"] = strength_row(result, seconds)
+        elif env == base + "-weak":
+            row["weak"] = strength_row(result, seconds)
+        else:
+            expect = ("pass", "ok") if env.endswith("-weak") else ("fail", "oracle_does_not_fix")
+            row.setdefault("wrong", {})[env] = {"expected": list(expect),
+                                                "got": [status, reason],
+                                                "verified": (status, reason) == expect}
+    return rows
+
+
 def merged(paths: list[Path]) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for path in paths:
+        if path.suffix == ".db":
+            for iid, row in rows_from_store(path).items():
+                old = rows.setdefault(iid, {})
+                wrong = {**old.get("wrong", {}), **row.get("wrong", {})}
+                old.update(row)
+                if wrong:
+                    old["wrong"] = wrong
+            continue
         rows.update(json.loads(path.read_text(encoding="utf-8"))["rows"])
     split = {i: r["split"] for i, r in rows.items()}
     return {"rows": rows, "summary": summarise(
