@@ -354,3 +354,36 @@ def test_a_file_the_patch_only_shortens_has_no_mutant(tmp_path: Path) -> None:
                    {"m.py": "import os\n\nx = 1\n", "n.py": "y = 2\n"})
     assert {m.file for m in gen.mutants} == {"n.py"}
     assert gen.skipped == ()
+
+
+def test_a_file_the_host_does_not_compile_is_checked_in_part_as_it_would_be_whole() -> None:
+    """A file the host parses but does not compile (here a duplicate argument) is compared
+    as text: its mutants are spliced statement by statement and only what changed is parsed,
+    with the same texts and the same verdicts as rendering and parsing the whole file."""
+    code = (Path(sysconfig.get_paths()["stdlib"]) / "shlex.py").read_text()
+    code += "\n\ndef _twice(a, a):\n    return a\n"
+    with pytest.raises(SyntaxError):
+        compile(code, "shlex.py", "exec")
+    source = PythonSource("shlex.py", code)
+    lines = len(code.split("\n"))
+    added = frozenset(random.Random(0).sample(range(1, lines), lines // 8))
+    variants = source.variants(added)
+    assert len(variants) > 20
+    originals = {(s.operator, s.line, s.description): s for s in find_sites(
+        source.module, added, None)}
+    seen: set[str] = set()
+    for variant in variants[:16]:
+        text = variant.render()
+        site = originals[variant.operator, variant.line, variant.description]
+        assert text == source.module.deep_replace(site.original, site.replacement).code
+        try:
+            cst.parse_module(text)
+            whole = Rejection.SAME_AS_ORIGINAL if text == code else (
+                Rejection.DUPLICATE if text in seen else None)
+        except cst.ParserSyntaxError:
+            whole = Rejection.NOT_COMPILING
+        seen.update([text] if whole is None else [])
+        assert source.check(text) is whole
+    at = code.split("\n").index("    return a")
+    assert source.check(source.with_lines(at, 1, ["    return (a"])) is Rejection.NOT_COMPILING
+    assert source.check(source.with_lines(at, 1, ["    return a"])) is Rejection.SAME_AS_ORIGINAL

@@ -133,7 +133,7 @@ class _Finder(FixSites, cst.CSTVisitor):
         if anchored or self._anchored(anchors or (at,)):
             start = self._range(at).start
             statement, blocks = self._statements[-1]
-            first = self._range(statement).start.line - leading_lines(statement)
+            first = self._range(_head(statement)).start.line - leading_lines(statement)
             self.sites.append(Site(op, start.line, start.column, description, original,
                                    replacement, self._top, statement, first, blocks))
 
@@ -311,6 +311,13 @@ def leading_lines(statement: cst.BaseStatement) -> int:
     if isinstance(statement, cst.SimpleStatementLine | cst.BaseCompoundStatement):
         return len(statement.leading_lines)
     return 0
+
+
+def _head(statement: cst.BaseStatement) -> cst.CSTNode:
+    """Where ``statement``'s code starts: its first decorator's ``@`` (a definition's
+    position is its ``def`` or ``class`` line)."""
+    decorators = getattr(statement, "decorators", ())
+    return decorators[0] if decorators else statement
 
 
 def _visit(tree: cst.Module, module: cst.Module, added: frozenset[int] | None, shift: int,

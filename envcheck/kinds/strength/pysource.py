@@ -14,7 +14,10 @@ took 0.2 s a mutant on a 500-line module, and positions over a 3,600-line file 0
 
 Compiling uses the host's interpreter, which may be older than the task's: a file the host
 cannot compile (newer syntax) is checked by libcst's own parser instead (it reads Python 3.0
-to 3.14 whatever runs envcheck) and compared as text, whole.
+to 3.14 whatever runs envcheck) and compared as text, whole. Where the host still parses it,
+sites are found and mutants spliced statement by statement as above, and only the statement
+a mutant changes is parsed (inside ``if True:`` blocks as deep as it sits): the rest of the
+text is the original's, which parsed (a 1,800-line file took 0.45 s a parse).
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ class PythonSource:
         self._offsets = [0]  # where each line starts
         for line in text.split("\n")[:-1]:
             self._offsets.append(self._offsets[-1] + len(line) + 1)
-        self._firsts = statement_lines(self.module, text) if self._host else None
-        self._rendered: dict[str, tuple[int, str]] = {}  # mutant text -> statement, its text
+        self._firsts = statement_lines(self.module, text)
+        # mutant text -> its top-level statement and the code to check in its place (the
+        # host: that statement's text; libcst: the code it changes, with the blocks around)
+        self._rendered: dict[str, tuple[int, str]] = {}
         self._seen: set[tuple[int, Hashable]] = set()
         self._original: dict[int, Hashable | None] = {}
 
@@ -136,7 +141,9 @@ class PythonSource:
         after = _code(self.module, changed, indents)
         after = after.removesuffix(newline) if last else after
         text = self.text[:offset] + after + self.text[offset + len(before):]
-        if self._firsts is not None:
+        if self._firsts is not None and not self._host:
+            self._rendered[text] = (site.top, _wrapped(self.module, changed, indents))
+        elif self._firsts is not None:
             start = self._top_start(site.top)
             end = self._top_start(site.top + 1) if site.top + 1 < len(self._firsts) else len(
                 self.text)
@@ -147,6 +154,8 @@ class PythonSource:
         """Why ``text`` is not a mutant to play, or None (it is then remembered, so the
         same code again is a duplicate)."""
         where, code = self._rendered.pop(text, (-1, text))  # -1: the whole file
+        if not self._host:
+            return self._check_text(text, code)
         if where not in self._original:
             if where < 0:
                 self._original[where] = self._key(self.text)
@@ -163,6 +172,20 @@ class PythonSource:
         self._seen.add((where, key))
         return None
 
+    def _check_text(self, text: str, changed: str) -> Rejection | None:
+        """:meth:`check` for a file the host does not compile: ``text`` compared whole, as
+        text, and parsed by libcst only in ``changed`` (the part that differs from the
+        original, which parses; the whole text if not known)."""
+        if text == self.text:
+            return Rejection.SAME_AS_ORIGINAL
+        if (-1, text) in self._seen:
+            return Rejection.DUPLICATE
+        try:
+            cst.parse_module(changed)
+        except cst.ParserSyntaxError:
+            return Rejection.NOT_COMPILING
+        self._seen.add((-1, text))
+        return None
 
 
 def without_docstrings(tree: ast.Module) -> ast.Module:
@@ -212,11 +235,18 @@ def _code(module: cst.Module, statement: cst.BaseStatement,
           indents: tuple[str | None, ...]) -> str:
     """``statement``'s code as the module writes it inside blocks of ``indents``: rendered
     inside as many ``if True:`` blocks (public libcst only), whose header lines are cut."""
+    code = _wrapped(module, statement, indents)
+    return code.split(module.default_newline, len(indents))[-1] if indents else code
+
+
+def _wrapped(module: cst.Module, statement: cst.BaseStatement,
+             indents: tuple[str | None, ...]) -> str:
+    """``statement`` inside as many ``if True:`` blocks as ``indents``, as code that parses
+    alone if and only if ``statement`` parses in its place."""
     node: cst.BaseStatement = statement
     for indent in reversed(indents):
         node = cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=[node], indent=indent))
-    code = module.code_for_node(node)
-    return code.split(module.default_newline, len(indents))[-1] if indents else code
+    return module.code_for_node(node)
 
 
 def _shape(code: CodeType) -> Hashable:
