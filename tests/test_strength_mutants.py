@@ -189,6 +189,17 @@ def test_static_filters() -> None:
     assert source.check("def f(a):\n    return a and\n") is Rejection.NOT_COMPILING
 
 
+def test_a_docstring_before_a_future_import_keeps_the_bytecode_comparison() -> None:
+    """A module documented and then ``from __future__``: its mutants are still compared as
+    the host compiles them, so one that only rewrites an equivalent form is the same program."""
+    code = ('"""A documented module."""\nfrom __future__ import annotations\n\n'
+            "def f(a):\n    return a and a\n")
+    source = PythonSource("m.py", code)
+    variants = [v for v in source.variants(None) if v.operator is Operator.BOOLEAN_DROP]
+    assert [source.check(v.render()) for v in variants] == [None, Rejection.DUPLICATE]
+    assert source.check(code.replace("A documented", "Another")) is Rejection.SAME_AS_ORIGINAL
+
+
 def test_every_mutant_compiles_and_is_unique(tmp_path: Path) -> None:
     code = (ROOT / "envcheck" / "kinds" / "strength" / "diffs.py").read_text()
     gen = added(tmp_path, code)
