@@ -121,13 +121,29 @@ def wheels(specs: list[str]) -> list[Path]:
     return out
 
 
+def _extract(tar: tarfile.TarFile, into: Path) -> None:
+    """The sdist unpacked under ``into`` with the standard library's ``data`` filter where
+    this Python has it (3.11.4 on; Debian 12's is 3.11.2): else the same refusals by hand,
+    a member outside ``into``, a link, a device."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(into, filter="data")
+        return
+    root = into.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        if not target.is_relative_to(root) or not (member.isfile() or member.isdir()):
+            raise ValueError(f"{tar.name}: refusing {member.name!r} (outside the folder, "
+                             f"a link or a device)")
+    tar.extractall(into)
+
+
 def _context(instance_id: str, spec: dict[str, Any]) -> tuple[Path, str]:
     """A build context in a temporary folder, and the hash of its inputs."""
     archive = sdist(spec["sdist"])
     wheel_files = wheels(spec.get("wheels", []))
     folder = Path(tempfile.mkdtemp(prefix="envcheck-devset-"))
     with tarfile.open(archive) as tar:
-        tar.extractall(folder / "unpacked", filter="data")
+        _extract(tar, folder / "unpacked")
     (top,) = list((folder / "unpacked").iterdir())
     shutil.move(str(top), folder / "testbed")
     (folder / "wheels").mkdir()
