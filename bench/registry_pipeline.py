@@ -67,7 +67,7 @@ from envcheck.executors.pipeline import ImagePipeline
 from envcheck.kinds.collaborators import build_services
 from envcheck.registry.cache import Budget, ImageCache
 from envcheck.registry.credentials import RegistryCredentials
-from envcheck.registry.fleet import RegistryImages
+from envcheck.registry.fleet import CHECK_PREFETCH_BYTES, RegistryImages, prefetch_bound
 from envcheck.registry.images import LocalImages
 from envcheck.registry.ledger import SqliteLedger, ledger_path
 from envcheck.registry.pull import CACHE_REPOSITORY, Puller, PullTarget, cache_tag
@@ -157,7 +157,7 @@ def stage(client: docker.DockerClient, data: Path, budget: int | None,
                        stats=puller.stats)
     images = LocalImages(client.api, puller, cache, sizes=ManifestSizes(watcher, credentials),
                          prefetch_count=prefetch_count,
-                         prefetch_bytes=budget // 2 if budget else None)
+                         prefetch_bytes=prefetch_bound(CHECK_PREFETCH_BYTES, cache))
     return RegistryImages(watcher, credentials, images)
 
 

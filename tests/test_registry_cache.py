@@ -183,6 +183,27 @@ def test_prefetch_bounded_by_count_and_bytes(
     images.close()
 
 
+def test_prefetched_images_count_the_bytes_they_alone_hold(
+        docker_client: docker.DockerClient, registry_anonymous: Registry,
+        pulled_images: Pulled, tmp_path: Path) -> None:
+    """A prefetched image counts what removing it would free, not its whole size: images of
+    one dataset share a base, which counted once per image filled the prefetch's bytes with
+    two images and held back the pulls ahead."""
+    repo = new_repository()
+    digests = layered(docker_client, registry_anonymous, repo, 6 * MB, [MB, MB, MB])
+    t0, t1, t2 = (target(registry_anonymous, repo, d) for d in digests)
+    pulled_images.add(t0, t1, t2)
+    images = local_images(docker_client, tmp_path, None, prefetch_count=10,
+                          prefetch_bytes=9 * MB)
+    for t in (t0, t1):
+        [future] = images.prefetch([t])
+        assert future.result(timeout=120) is not None
+    [third] = images.prefetch([t2])  # 7 MB + 1 MB ahead (the base once): room for it
+    assert third.result(timeout=120) is not None
+    assert images.ahead == [t0, t1, t2]
+    images.close()
+
+
 def manifest_sizes(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> ManifestSizes:
     """Sizes read through the tag watch's HTTP and auth, with the catalogue's credentials."""
     monkeypatch.setenv("ENVCHECK_TEST_REGISTRY_LOGIN", f"{registry.user}:{registry.password}")

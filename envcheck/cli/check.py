@@ -243,12 +243,15 @@ def _registry(catalogue: Catalogue, budget: str | None, prefetch: int
     """The registry stage, if the catalogue has images envcheck pulls (``pull: watch``)."""
     from docker.errors import DockerException
 
-    from envcheck.registry.fleet import RegistryImages, RegistrySettings
+    from envcheck.registry.fleet import CHECK_PREFETCH_BYTES, RegistryImages, RegistrySettings
     from envcheck.store.urls import data_dir
 
     try:
+        # the whole budget may be pulled ahead: a check releases each image once its
+        # probes are done, so nothing in the cache is worth more than the next probes' images
+        # (each pull still reserves its room within the budget)
         return RegistryImages.for_catalogue(catalogue, RegistrySettings(
-            data_dir(), budget, prefetch_count=prefetch))
+            data_dir(), budget, prefetch_count=prefetch, prefetch_bytes=CHECK_PREFETCH_BYTES))
     except ConfigError as exc:
         raise config_error_exit(exc) from None
     except DockerException as exc:

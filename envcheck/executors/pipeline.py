@@ -176,6 +176,7 @@ class ImagePipeline:
             if local.pulled:
                 self.pulls += 1
                 self.pulled_bytes += local.downloaded
+        self._wake.set()  # a pull ended: room for the next one now, not at the next tick
         if self.on_change is not None:
             self.on_change()
 

@@ -44,7 +44,8 @@ from envcheck.registry.state import Change, RegistryBackoff, TagWatchState, Watc
 from envcheck.registry.stats import RegistryStats
 from envcheck.registry.watch import TagWatcher, WatchSettings
 
-__all__ = ["RegistryImages", "RegistrySettings", "RegistryStage", "catalogue_sources"]
+__all__ = ["CHECK_PREFETCH_BYTES", "RegistryImages", "RegistrySettings", "RegistryStage",
+           "catalogue_sources", "prefetch_bound"]
 
 log = logging.getLogger("envcheck.registry")
 ENGINE_TIMEOUT_S = 60.0  # each engine call of the stage; a pull has its own deadline
@@ -60,8 +61,14 @@ class RegistrySettings:
     certs_dir: Path | None = None  # the engine's CA files per registry (tests: their own)
     # pulled ahead of their probes: at most this many images waiting unused (0: no prefetch)
     prefetch_count: int = 4
-    # and at most these bytes of them: a share of the budget ("50%") or bytes ("2GiB")
+    # and at most these bytes of them: a share of the budget ("50%") or bytes ("2GiB"); the
+    # daemon keeps half for the images it will probe again
     prefetch_bytes: str = "50%"
+
+
+# ``envcheck check``'s pipeline: its images are released as their probes end, so the whole
+# budget may be ahead (the bench's side A builds its stage with the same)
+CHECK_PREFETCH_BYTES = "100%"
 
 
 def catalogue_sources(registries: Iterable[CatalogueCredentials]) -> dict[str, CredentialSource]:
@@ -134,7 +141,7 @@ class RegistryImages:
                         backoff=backoff)
         images = LocalImages(api, puller, cache, sizes=ManifestSizes(watcher, credentials),
                              prefetch_count=settings.prefetch_count,
-                             prefetch_bytes=_prefetch_bytes(settings.prefetch_bytes, cache))
+                             prefetch_bytes=prefetch_bound(settings.prefetch_bytes, cache))
         fleet = cls(watcher, credentials, images, pull_deadline_s=settings.pull_deadline_s,
                     pins=pins)
         fleet.settings = settings
@@ -333,7 +340,7 @@ class _Pins:
         return self.held
 
 
-def _prefetch_bytes(text: str, cache: ImageCache) -> int | None:
+def prefetch_bound(text: str, cache: ImageCache) -> int | None:
     """``50%``: that share of the cache's budget (None without a budget: the count alone
     bounds the prefetch); else bytes."""
     bound = parse_budget(text, "the prefetch's bytes")

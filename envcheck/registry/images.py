@@ -341,8 +341,12 @@ class LocalImages:
             log.info("prefetch failed", extra={"image": target.reference, "error": str(exc)})
             return None
         with self._ahead_lock:
-            if target in self._ahead:  # what it holds now, in place of the estimate
-                self._ahead[target] = self._size_of(local.image_id)
+            held = target in self._ahead
+        if held:  # what it holds now, in place of the estimate
+            unique = self._unique_bytes(local.image_id)
+            with self._ahead_lock:
+                if target in self._ahead:
+                    self._ahead[target] = unique
         self._tell(target, local, True)
         return local
 
@@ -364,9 +368,12 @@ class LocalImages:
             self._image_layers.pop(gone, None)
         return frozenset(held)
 
-    def _size_of(self, image_id: str) -> int:
+    def _unique_bytes(self, image_id: str) -> int:
+        """What removing the image would free: its ``Size`` counts the base layers every
+        image of a dataset shares, which made a few prefetched images look like the whole
+        prefetch share and held the next pulls back."""
         try:
-            return int(self._api.inspect_image(image_id).get("Size") or 0)
+            return footprint(self._api, {image_id}, self.cache.layer_cache).usage()
         except docker.errors.DockerException:
             return 0
 
