@@ -75,11 +75,13 @@ ImageCache = Annotated[str | None, typer.Option(
     help="bytes the images envcheck pulls may take on the engine's disk: 20GiB, 500MB, or a "
     "share of the disk, 30%; its least recently used pulls are removed to stay under it "
     "(default: no budget)")]
-# How many images are pulled ahead of their probes (pull: watch); their bytes: half the budget.
+# How many images are pulled ahead of their probes (pull: watch); their bytes: half the budget
+# in the daemon (which probes them again), all of it in a check.
 Prefetch = Annotated[int, typer.Option(
     "--prefetch", envvar="ENVCHECK_PREFETCH", min=0, max=64, metavar="N",
     help="images envcheck pulls ahead of the probes that will need them, at most N waiting "
-    "unused and at most half the --image-cache (0: pull only when a probe needs one)")]
+    "unused and within the --image-cache (the daemon: half of it) (0: pull only when a probe "
+    "needs one)")]
 
 # How long the store keeps what (envcheck store prune, and the daemon's hourly prune).
 KEEP = Retention()  # the defaults
