@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -75,6 +73,7 @@ from envcheck.registry.sizes import ManifestSizes
 from envcheck.registry.watch import TagWatcher
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
+from tests.registry_images import push_built
 from tests.registry_proxy import ThrottledProxy
 from tests.registryd import Registry
 
@@ -96,28 +95,9 @@ def build_and_push(client: docker.DockerClient, registry: Registry, repository: 
                    index: int, size: int) -> str:
     """The base plus a layer of ``size`` random bytes, pushed as ``repository:v1``, removed
     from the engine; the registry's digest."""
-    ref = f"{registry.host}/{repository}"
-    dockerfile = f"FROM {BASE}\nCOPY blob.bin /opt/dataset/blob-{index}.bin\n".encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), ("blob.bin", os.urandom(size))):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=f"{ref}:v1", pull=False,
-                        rm=True, forcerm=True, network_mode="none")
-    digest = None
-    try:
-        for event in client.images.push(ref, tag="v1", stream=True, decode=True):
-            if "error" in event:
-                raise RuntimeError(f"push of {ref}:v1 failed: {event['error']}")
-            digest = (event.get("aux") or {}).get("Digest", digest)
-    finally:
-        client.images.remove(f"{ref}:v1", force=True)
-    if digest is None:
-        raise RuntimeError(f"push of {ref}:v1 gave no digest")
-    return str(digest)
+    return push_built(client, registry, repository, "v1",
+                      f"FROM {BASE}\nCOPY blob.bin /opt/dataset/blob-{index}.bin\n",
+                      {"blob.bin": os.urandom(size)})
 
 
 def catalogue_text(images: list[str]) -> str:

@@ -36,11 +36,9 @@ Exit 0 whatever the figures; 1 if the benchmark itself broke.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
-import tarfile
 import time
 import uuid
 from collections import Counter
@@ -59,7 +57,7 @@ from envcheck.catalogue.fields import MIN_SCHEDULE_ENV
 from envcheck.core.results import ProbeKind, ProbeResult
 from envcheck.sandbox.labels import LABEL_TAG
 from envcheck.store import open_store
-from tests.registry_images import new_repository
+from tests.registry_images import new_repository, push_built
 from tests.registryd import Registry
 
 BASE = "envcheck-demo/hack-resistant:latest"
@@ -80,29 +78,9 @@ def push_rebuilt(client: docker.DockerClient, registry: Registry, repository: st
                  tag: str) -> str:
     """``BASE`` plus one small layer of its own, pushed as ``repository:tag`` and removed from
     the engine again: the registry's digest."""
-    ref = f"{registry.host}/{repository}"
-    payload = uuid.uuid4().hex.encode()
-    dockerfile = b"FROM " + BASE.encode() + b"\nCOPY payload /opt/bench-payload\n"
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), ("payload", payload)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=f"{ref}:{tag}", rm=True,
-                        network_mode="none")
-    digest = None
-    try:
-        for event in client.images.push(ref, tag=tag, stream=True, decode=True):
-            if "error" in event:
-                raise RuntimeError(f"push of {ref}:{tag} failed: {event['error']}")
-            digest = (event.get("aux") or {}).get("Digest", digest)
-    finally:
-        client.images.remove(f"{ref}:{tag}", force=True)
-    if digest is None:
-        raise RuntimeError(f"push of {ref}:{tag} gave no digest")
-    return str(digest)
+    return push_built(client, registry, repository, tag,
+                      f"FROM {BASE}\nCOPY payload /opt/bench-payload\n",
+                      {"payload": uuid.uuid4().hex.encode()})
 
 
 def catalogue_text(images: dict[str, str], scale: float) -> str:

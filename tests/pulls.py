@@ -22,7 +22,7 @@ from envcheck.registry.cache import Budget, ImageCache
 from envcheck.registry.images import ImageSizes, LocalImages
 from envcheck.registry.ledger import SqliteLedger, ledger_path
 from envcheck.registry.pull import Credentials, Puller, PullTarget, cache_tag
-from tests.registry_images import push_tiny
+from tests.registry_images import push_built, push_tiny
 from tests.registryd import Registry
 
 __all__ = ["Pulled", "layered", "local_images", "pulled_images", "push_sized", "target"]
@@ -37,17 +37,6 @@ def push_sized(client: docker.DockerClient, registry: Registry, repository: str,
     return push_tiny(client, registry, repository, tag, os.urandom(size))
 
 
-def _context(dockerfile: str, files: dict[str, bytes]) -> io.BytesIO:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
-
-
 def layered(client: docker.DockerClient, registry: Registry, repository: str,
             base_size: int, top_sizes: list[int]) -> list[str]:
     """Images ``repository:i`` sharing one base layer of ``base_size`` random bytes, each
@@ -59,28 +48,13 @@ def layered(client: docker.DockerClient, registry: Registry, repository: str,
         info.size = base_size
         archive.addfile(info, io.BytesIO(os.urandom(base_size)))
     client.api.import_image_from_data(tar.getvalue(), repository=base, tag="v1")
-    digests = []
     try:
-        for i, size in enumerate(top_sizes):
-            ref = f"{registry.host}/{repository}"
-            context = _context(f"FROM {base}:v1\nCOPY top.bin /top.bin\n",
-                               {"top.bin": os.urandom(size)})
-            client.images.build(fileobj=context, custom_context=True, tag=f"{ref}:{i}",
-                                pull=False, rm=True, forcerm=True, network_mode="none")
-            try:
-                digest = None
-                for event in client.images.push(ref, tag=str(i), stream=True, decode=True,
-                                                auth_config=registry.auth_config):
-                    if "error" in event:
-                        raise RuntimeError(f"push of {ref}:{i} failed: {event['error']}")
-                    digest = (event.get("aux") or {}).get("Digest", digest)
-                assert digest is not None
-                digests.append(str(digest))
-            finally:
-                client.images.remove(f"{ref}:{i}", force=True)
+        return [push_built(client, registry, repository, str(i),
+                           f"FROM {base}:v1\nCOPY top.bin /top.bin\n",
+                           {"top.bin": os.urandom(size)})
+                for i, size in enumerate(top_sizes)]
     finally:
         client.images.remove(f"{base}:v1", force=True)
-    return digests
 
 
 def target(registry: Registry, repository: str, digest: str) -> PullTarget:

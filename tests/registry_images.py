@@ -21,7 +21,8 @@ import requests
 
 from tests.registryd import Registry
 
-__all__ = ["INDEX_TYPES", "MANIFEST_TYPES", "RegistryApi", "new_repository", "push_tiny"]
+__all__ = ["INDEX_TYPES", "MANIFEST_TYPES", "RegistryApi", "build_context", "new_repository",
+           "push", "push_built", "push_tiny"]
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -54,6 +55,14 @@ def push_tiny(client: docker.DockerClient, registry: Registry, repository: str, 
     ref = f"{registry.host}/{repository}"
     content = payload if payload is not None else uuid.uuid4().bytes
     client.api.import_image_from_data(_tiny_tar(content), repository=ref, tag=tag)
+    return push(client, registry, ref, tag, keep_local=keep_local)
+
+
+def push(client: docker.DockerClient, registry: Registry, ref: str, tag: str, *,
+         keep_local: bool = False) -> str:
+    """Push the engine's ``ref:tag`` to ``registry`` (its credentials, if any) and, unless
+    ``keep_local``, remove it from the engine: the registry holds it, the engine does not.
+    The manifest digest the registry gave it, from the last event's ``aux.Digest``."""
     try:
         digest = None
         events: list[dict[str, Any]] = []
@@ -69,6 +78,29 @@ def push_tiny(client: docker.DockerClient, registry: Registry, repository: str, 
     finally:
         if not keep_local:
             client.images.remove(f"{ref}:{tag}", force=True)
+
+
+def build_context(dockerfile: str, files: dict[str, bytes]) -> io.BytesIO:
+    """A build context in memory: the Dockerfile and ``files`` (name -> bytes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+def push_built(client: docker.DockerClient, registry: Registry, repository: str, tag: str,
+               dockerfile: str, files: dict[str, bytes] | None = None) -> str:
+    """``dockerfile`` built offline (its base on the engine already) with ``files`` beside
+    it, pushed as ``repository:tag`` and removed from the engine: the registry's digest."""
+    ref = f"{registry.host}/{repository}"
+    client.images.build(fileobj=build_context(dockerfile, files or {}), custom_context=True,
+                        tag=f"{ref}:{tag}", pull=False, rm=True, forcerm=True,
+                        network_mode="none")
+    return push(client, registry, ref, tag)
 
 
 class RegistryApi:

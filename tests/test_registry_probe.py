@@ -9,11 +9,9 @@ the terminal probe pulls the digest the look saw and runs on it. The failures us
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import tarfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ import docker
 import pytest
 
 from tests.conftest import envcheck_cmd
-from tests.registry_images import RegistryApi, new_repository, push_tiny
+from tests.registry_images import RegistryApi, new_repository, push_built, push_tiny
 from tests.registryd import Registry
 
 pytestmark = pytest.mark.docker
@@ -36,26 +34,8 @@ def push_labelled(client: docker.DockerClient, registry: Registry, repository: s
                   tag: str, label: str) -> str:
     """The demo's healthy image with a label, pushed as ``repository:tag`` and removed from
     the engine again: the registry's digest."""
-    ref = f"{registry.host}/{repository}"
-    dockerfile = f"FROM {DEMO_IMAGE}\nLABEL org.envcheck.test={label}\n".encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile))
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=f"{ref}:{tag}", rm=True,
-                        network_mode="none")
-    digest = None
-    try:
-        for event in client.images.push(ref, tag=tag, stream=True, decode=True):
-            if "error" in event:
-                raise RuntimeError(f"push of {ref}:{tag} failed: {event['error']}")
-            digest = (event.get("aux") or {}).get("Digest", digest)
-    finally:
-        client.images.remove(f"{ref}:{tag}", force=True)
-    assert digest is not None
-    return str(digest)
+    return push_built(client, registry, repository, tag,
+                      f"FROM {DEMO_IMAGE}\nLABEL org.envcheck.test={label}\n")
 
 
 def catalogue(directory: Path, image: str, extra: str = "") -> Path:
