@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import docker
@@ -39,9 +39,9 @@ import docker.utils
 
 from envcheck.core.errors import EnvcheckError, RegistryFailed
 from envcheck.core.results import Reason
-from envcheck.registry.cache import ImageCache
+from envcheck.registry.cache import ImageCache, adopt_tagged
 from envcheck.registry.engine_failures import engine_calls
-from envcheck.registry.ledger import LedgerEntry
+from envcheck.registry.ledger import GIVEN_UP, LedgerEntry
 from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
 from envcheck.registry.usage import footprint
 
@@ -53,6 +53,9 @@ log = logging.getLogger("envcheck.registry.images")
 # many times more (gzip on filesystem trees). Room is made for the estimate; the refusal of
 # an image larger than the whole budget uses the compressed bytes alone (a certain bound).
 EXPANSION = 2.0
+# an intent reserves its room until its pull's deadline and this much after
+_INTENT_GRACE_S = 60.0
+_FOREIGN_MAX = 4096
 
 
 class ImageSizes(Protocol):
@@ -103,6 +106,8 @@ class LocalImages:
         self._image_layers: dict[str, tuple[str, ...]] = {}
         if sizes is not None and getattr(sizes, "local_layers", False) is None:
             sizes.local_layers = self.engine_layers  # type: ignore[attr-defined]
+        # images someone else pulled, found without envcheck's tag: not looked at again
+        self._foreign: OrderedDict[PullTarget, None] = OrderedDict()
         self._pool = ThreadPoolExecutor(max(prefetch_threads, 1),
                                         thread_name_prefix="envcheck-prefetch")
 
@@ -153,9 +158,26 @@ class LocalImages:
                 log.exception("an image listener failed")
 
     def _used(self, target: PullTarget, image_id: str, touch: bool) -> LocalImage:
-        if touch and self.cache.ledger.get(target.repository, target.digest) is not None:
-            self.cache.ledger.touch(target.repository, target.digest, datetime.now(UTC))
+        ledger = self.cache.ledger
+        if ledger.get(target.repository, target.digest) is not None:
+            if touch:
+                ledger.touch(target.repository, target.digest, datetime.now(UTC))
+        elif touch and not self._known_foreign(target):
+            # envcheck's tag on it but not in this ledger: adopted now that this stage uses
+            # it; an image someone else pulled is used, never recorded nor evicted
+            with self.cache.decisions():
+                if not adopt_tagged(self._api, ledger, target):
+                    self._known_foreign(target, remember=True)
         return LocalImage(image_id, 0.0, False)
+
+    def _known_foreign(self, target: PullTarget, *, remember: bool = False) -> bool:
+        """Whether ``target`` was found someone else's (``remember``: it was, just now)."""
+        with self._locks_guard:
+            if remember:
+                self._foreign[target] = None
+                while len(self._foreign) > _FOREIGN_MAX:
+                    self._foreign.popitem(last=False)
+            return target in self._foreign
 
     def _present(self, target: PullTarget) -> str | None:
         try:
@@ -179,10 +201,9 @@ class LocalImages:
                               f"more than the whole image cache ({budget} bytes)",
                               image_bytes=compressed, budget_bytes=budget)
         need = int(compressed * EXPANSION) if compressed is not None else 0
-        self._room(target, need, deadline, ahead=ahead)
+        self._room(target, need, deadline, ahead=ahead)  # the intent, with its room
         ledger = self.cache.ledger
         try:
-            ledger.begin(target.repository, target.digest, datetime.now(UTC))
             try:
                 pulled = self._pull_with_room(target, deadline, need)
             except BaseException:
@@ -207,46 +228,67 @@ class LocalImages:
 
     def _room(self, target: PullTarget, need: int, deadline: float, *,
               ahead: bool = False) -> None:
-        """Room for ``need`` bytes beside the pulls under way, reserved for this pull. A
-        probe's own pull that finds none waits for the pulls under way (within its
+        """Room for ``need`` bytes beside the pulls under way (this process's and those of
+        every other process sharing the engine's ledger), reserved for this pull in its
+        intent. A probe's own pull that finds none waits for the pulls under way (within its
         deadline: what they bring in makes older pulls evictable), then takes room from the
         prefetched images no probe has used yet (the latest due first): a probe due now goes
         before a prefetch. A prefetch that finds none gives up at once."""
         budget = self.cache.budget_bytes
+        ledger = self.cache.ledger
+        # past its deadline (and a grace) an intent reserves nothing, whatever its process
+        expires = datetime.now(UTC) + timedelta(seconds=max(deadline - time.monotonic(), 0.0)
+                                                + _INTENT_GRACE_S)
         if budget is None:
+            ledger.begin(target.repository, target.digest, datetime.now(UTC),
+                         expires_at=expires)
             return
-        with self._room_lock:  # one reservation at a time: two pulls never share one room
+        with self._room_lock:  # this process's pulls decide one at a time
             while True:
-                others = sum(self._inflight.values())
-                _, used = self.cache.room(need + others, keep_ids=self._ahead_ids())
-                if used + others + need <= budget or ahead:
-                    break
-                left = deadline - time.monotonic()
-                if others and left > 0:
-                    self._room_lock.wait(min(left, 5.0))
-                elif not self._drop_last_ahead():
-                    break
-            floor = int(need / EXPANSION)  # the compressed bytes: what it takes at least
-            if used + others + need > budget and (ahead or used + others + floor > budget):
-                raise _cache_full(target, f"the image cache holds {used} bytes of images in "
-                                  f"use, pinned or just used, {others} more are being pulled, "
-                                  f"and {need} more do not fit its {budget} bytes",
-                                  used_bytes=used, pulling_bytes=others, need_bytes=need,
-                                  budget_bytes=budget)
-            # a probe's pull whose estimate does not fit but whose compressed bytes do goes
-            # ahead (some of its layers may be on the engine already: a base): the cache is
-            # brought back under its budget once the pull shows what it took
-            self._inflight[target] = min(need, max(budget - used - others, 0))
+                with self.cache.decisions():  # and one at a time with the other processes
+                    others = ledger.reserved(datetime.now(UTC))
+                    _, used = self.cache.room(need + others, keep_ids=self._ahead_ids())
+                    left = deadline - time.monotonic()
+                    waiting = bool(others) and left > 0
+                    if (used + others + need <= budget or ahead
+                            or (not waiting and not self._drop_last_ahead())):
+                        self._reserve(target, need, budget, used, others, ahead, expires)
+                        return
+                    mine = sum(self._inflight.values())
+                if waiting:  # this process's pulls wake it when they end; another's are not
+                    self._room_lock.wait(min(left, 5.0 if others <= mine else 1.0))
+
+    def _reserve(self, target: PullTarget, need: int, budget: int, used: int, others: int,
+                 ahead: bool, expires: datetime) -> None:
+        """The decision, under the cache's lock: the pull's room written with its intent, or
+        ``image_cache_full``."""
+        floor = int(need / EXPANSION)  # the compressed bytes: what it takes at least
+        if used + others + need > budget and (ahead or used + others + floor > budget):
+            raise _cache_full(target, f"the image cache holds {used} bytes of images in "
+                              f"use, pinned or just used, {others} more are being pulled, "
+                              f"and {need} more do not fit its {budget} bytes",
+                              used_bytes=used, pulling_bytes=others, need_bytes=need,
+                              budget_bytes=budget)
+        # a probe's pull whose estimate does not fit but whose compressed bytes do goes
+        # ahead (some of its layers may be on the engine already: a base): the cache is
+        # brought back under its budget once the pull shows what it took
+        room = min(need, max(budget - used - others, 0))
+        self.cache.ledger.begin(target.repository, target.digest, datetime.now(UTC),
+                                reserved_bytes=room, expires_at=expires)
+        self._inflight[target] = room
 
     def _drop_last_ahead(self) -> bool:
         """The prefetched image due last no longer counts as ahead, and may be evicted at
-        once; False when none is left."""
+        once: this process's own first, else the ledger's latest hold (a prefetch of another
+        process sharing the engine); False when none is left."""
         with self._ahead_lock:
-            if not self._ahead:
-                return False
-            target, _ = self._ahead.popitem(last=True)
-            self._ahead_since.pop(target, None)
+            target = self._ahead.popitem(last=True)[0] if self._ahead else None
+            if target is not None:
+                self._ahead_since.pop(target, None)
+        if target is None:
+            return self.cache.ledger.unhold_latest(datetime.now(UTC))
         self.cache.release(target.repository, target.digest)
+        self.cache.ledger.hold(target.repository, target.digest, GIVEN_UP)
         return True
 
     def _pull_with_room(self, target: PullTarget, deadline: float, need: int) -> Pulled:
@@ -266,10 +308,11 @@ class LocalImages:
         """Back under the budget after the pull; an image that alone passes it is refused."""
         budget = self.cache.budget_bytes
         if budget is None:
+            self.cache.look()  # what the cache holds now, for the metrics
             return
-        with self._room_lock:
-            others = sum(self._inflight.values())
-        self.cache.make_room(others, keep_ids={pulled.image_id, *self._ahead_ids()})
+        keep = {pulled.image_id, *self._ahead_ids()}
+        with self.cache.decisions():  # room for the pulls still under way, of any process
+            self.cache.make_room(self.cache.ledger.reserved(datetime.now(UTC)), keep_ids=keep)
         if size <= budget:  # what it alone takes is at most its size: no look needed
             return
         alone = footprint(self._api, {pulled.image_id}, self.cache.layer_cache).usage()
@@ -341,10 +384,23 @@ class LocalImages:
             log.info("prefetch failed", extra={"image": target.reference, "error": str(exc)})
             return None
         with self._ahead_lock:
-            if target in self._ahead:  # what it holds now, in place of the estimate
+            held = target in self._ahead
+            if held:  # what it holds now, in place of the estimate
                 self._ahead[target] = self._size_of(local.image_id)
+        if held and local.pulled:  # kept for its probe, whichever process runs it
+            until = datetime.now(UTC) + timedelta(seconds=self.prefetch_hold_s)
+            self.cache.ledger.hold(target.repository, target.digest, until)
         self._tell(target, local, True)
         return local
+
+    def handed_off(self, targets: Iterable[PullTarget]) -> None:
+        """``targets``, pulled ahead, are another's to count now (a Ray caller counts what it
+        sent ahead to a node): they no longer fill this process's prefetch bounds; the
+        ledger's hold keeps them for their probes."""
+        with self._ahead_lock:
+            for target in targets:
+                self._ahead.pop(target, None)
+                self._ahead_since.pop(target, None)
 
     def engine_layers(self) -> frozenset[str]:
         """The layers (uncompressed digests) of every image on the engine now."""
