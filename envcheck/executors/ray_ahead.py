@@ -110,6 +110,12 @@ class NodePullsAhead:
             log.info("pulling ahead on the nodes", extra={"pulls": sent, "nodes": len(chosen)})
         return sent
 
+    @property
+    def pending(self) -> int:
+        """Pulls ahead whose outcome was not collected yet."""
+        with self._lock:
+            return len(self._pending)
+
     def used(self, key: str | None) -> None:
         """A check of ``key``'s image came back: it no longer waits ahead."""
         if key is not None:

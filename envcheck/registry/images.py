@@ -5,12 +5,13 @@ seconds spent pulling (0 when the engine already had it), composing the ledger, 
 the puller:
 
 1. the engine holds ``repository@digest`` complete: used as is (touched in the ledger when it
-   is envcheck's pull; someone else's image is used but never recorded or evicted);
+   is envcheck's pull; an image carrying envcheck's cache tag that this ledger lacks is
+   adopted now that this stage uses it; someone else's image is used but never recorded or
+   evicted);
 2. else its size is asked of the registry's manifest when ``sizes`` can tell: larger than the
-   whole budget is ``error image_cache_full`` before any byte moves; room is made for it
-   (``cache.make_room``) and the pull is an intent in the ledger;
-   (a probe's pull whose estimate does not fit goes ahead if its compressed bytes do: the
-   estimate counts layers the engine may hold already);
+   whole budget is ``error image_cache_full`` before any byte moves; room is reserved for it
+   (``room.PullRoom``, counting the pulls under way of every process sharing the engine) in
+   its intent in the ledger;
 3. it is pulled by digest to the deadline (``pull.Puller``); a disk that fills mid-pull makes
    room and tries once more, else ``image_cache_full``;
 4. the ledger records it, and the cache is brought back under its budget (never evicting the
@@ -18,7 +19,8 @@ the puller:
 
 ``prefetch(targets)`` pulls ahead of the probes that will need the images, bounded by how many
 and how many bytes are pulled and not yet used; an image the budget has no room for stops the
-prefetch (the probe's own ``ensure`` then says why).
+prefetch (the probe's own ``ensure`` then says why). An image pulled ahead is held in the
+ledger until its probe uses it, whichever process runs that probe (a Ray node's).
 """
 
 from __future__ import annotations
@@ -43,18 +45,12 @@ from envcheck.registry.cache import ImageCache, adopt_tagged
 from envcheck.registry.engine_failures import engine_calls
 from envcheck.registry.ledger import GIVEN_UP, LedgerEntry
 from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
-from envcheck.registry.usage import footprint
+from envcheck.registry.room import EXPANSION, PullRoom, cache_full
 
 __all__ = ["EXPANSION", "ImageSizes", "LocalImage", "LocalImages"]
 
 log = logging.getLogger("envcheck.registry.images")
 
-# A manifest gives its layers' compressed bytes; on the engine's disk they take about this
-# many times more (gzip on filesystem trees). Room is made for the estimate; the refusal of
-# an image larger than the whole budget uses the compressed bytes alone (a certain bound).
-EXPANSION = 2.0
-# an intent reserves its room until its pull's deadline and this much after
-_INTENT_GRACE_S = 60.0
 _FOREIGN_MAX = 4096
 
 
@@ -71,6 +67,7 @@ class LocalImage:
     pull_seconds: float  # 0.0 when the engine already held it: apart from the probe's time
     pulled: bool
     downloaded: int = 0
+    ahead: bool = False  # pulled ahead for this probe, and held for it in the ledger
 
 
 class LocalImages:
@@ -95,10 +92,9 @@ class LocalImages:
         # a prefetched image no probe asked for within this long (its probe reused its
         # evidence, or the environment went) no longer counts as ahead, nor is kept for it
         self.prefetch_hold_s = prefetch_hold_s
-        # bytes made room for by pulls under way (their estimates): two pulls at once each
-        # make room for the other's too, so the cache never passes its budget between them
-        self._inflight: dict[PullTarget, int] = {}
-        self._room_lock = threading.Condition()  # notified when a pull under way ends
+        # the room each pull under way reserved (its estimate), in this process and in the
+        # others sharing the engine: two pulls at once never share one room
+        self.room = PullRoom(api, cache, keep=self._ahead_ids, give_up_ahead=self._drop_last_ahead)
         # told of every image made local (pulled or found), and whether by a prefetch
         self.listeners: list[Callable[[PullTarget, LocalImage, bool], None]] = []
         # the layers of each image on the engine (an image's layers never change): which
@@ -123,7 +119,7 @@ class LocalImages:
         self.cache.hold(target.repository, target.digest)
         with engine_calls(target.reference):
             local = self._ensure(target, deadline, touch=True)
-        if was_ahead and not local.pulled:
+        if (was_ahead or local.ahead) and not local.pulled:
             self.stats.prefetch_used()
         self._tell(target, local, False)
         return local
@@ -159,9 +155,12 @@ class LocalImages:
 
     def _used(self, target: PullTarget, image_id: str, touch: bool) -> LocalImage:
         ledger = self.cache.ledger
-        if ledger.get(target.repository, target.digest) is not None:
-            if touch:
+        entry = ledger.get(target.repository, target.digest)
+        if entry is not None:
+            if touch:  # a hold ends: its probe came (pulled ahead by this process or another)
                 ledger.touch(target.repository, target.digest, datetime.now(UTC))
+                held = entry.held_until is not None and entry.held_until != GIVEN_UP
+                return LocalImage(image_id, 0.0, False, ahead=held)
         elif touch and not self._known_foreign(target):
             # envcheck's tag on it but not in this ledger: adopted now that this stage uses
             # it; an image someone else pulled is used, never recorded nor evicted
@@ -197,11 +196,11 @@ class LocalImages:
         budget = self.cache.budget_bytes
         compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
         if compressed is not None and budget is not None and compressed > budget:
-            raise _cache_full(target, f"its layers alone take {compressed} bytes compressed, "
+            raise cache_full(target, f"its layers alone take {compressed} bytes compressed, "
                               f"more than the whole image cache ({budget} bytes)",
                               image_bytes=compressed, budget_bytes=budget)
         need = int(compressed * EXPANSION) if compressed is not None else 0
-        self._room(target, need, deadline, ahead=ahead)  # the intent, with its room
+        self.room.reserve(target, need, deadline, ahead=ahead)  # the intent, with its room
         ledger = self.cache.ledger
         try:
             try:
@@ -218,64 +217,11 @@ class LocalImages:
             ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
                                       now, now))
         finally:
-            with self._room_lock:
-                self._inflight.pop(target, None)  # on the engine now, or not at all
-                self._room_lock.notify_all()
+            self.room.ended(target)
         if ahead:
             self.stats.prefetched()
-        self._trim(target, pulled, size)
+        self.room.trim(target, pulled.image_id, size)
         return LocalImage(pulled.image_id, pulled.seconds, True, pulled.downloaded)
-
-    def _room(self, target: PullTarget, need: int, deadline: float, *,
-              ahead: bool = False) -> None:
-        """Room for ``need`` bytes beside the pulls under way (this process's and those of
-        every other process sharing the engine's ledger), reserved for this pull in its
-        intent. A probe's own pull that finds none waits for the pulls under way (within its
-        deadline: what they bring in makes older pulls evictable), then takes room from the
-        prefetched images no probe has used yet (the latest due first): a probe due now goes
-        before a prefetch. A prefetch that finds none gives up at once."""
-        budget = self.cache.budget_bytes
-        ledger = self.cache.ledger
-        # past its deadline (and a grace) an intent reserves nothing, whatever its process
-        expires = datetime.now(UTC) + timedelta(seconds=max(deadline - time.monotonic(), 0.0)
-                                                + _INTENT_GRACE_S)
-        if budget is None:
-            ledger.begin(target.repository, target.digest, datetime.now(UTC),
-                         expires_at=expires)
-            return
-        with self._room_lock:  # this process's pulls decide one at a time
-            while True:
-                with self.cache.decisions():  # and one at a time with the other processes
-                    others = ledger.reserved(datetime.now(UTC))
-                    _, used = self.cache.room(need + others, keep_ids=self._ahead_ids())
-                    left = deadline - time.monotonic()
-                    waiting = bool(others) and left > 0
-                    if (used + others + need <= budget or ahead
-                            or (not waiting and not self._drop_last_ahead())):
-                        self._reserve(target, need, budget, used, others, ahead, expires)
-                        return
-                    mine = sum(self._inflight.values())
-                if waiting:  # this process's pulls wake it when they end; another's are not
-                    self._room_lock.wait(min(left, 5.0 if others <= mine else 1.0))
-
-    def _reserve(self, target: PullTarget, need: int, budget: int, used: int, others: int,
-                 ahead: bool, expires: datetime) -> None:
-        """The decision, under the cache's lock: the pull's room written with its intent, or
-        ``image_cache_full``."""
-        floor = int(need / EXPANSION)  # the compressed bytes: what it takes at least
-        if used + others + need > budget and (ahead or used + others + floor > budget):
-            raise _cache_full(target, f"the image cache holds {used} bytes of images in "
-                              f"use, pinned or just used, {others} more are being pulled, "
-                              f"and {need} more do not fit its {budget} bytes",
-                              used_bytes=used, pulling_bytes=others, need_bytes=need,
-                              budget_bytes=budget)
-        # a probe's pull whose estimate does not fit but whose compressed bytes do goes
-        # ahead (some of its layers may be on the engine already: a base): the cache is
-        # brought back under its budget once the pull shows what it took
-        room = min(need, max(budget - used - others, 0))
-        self.cache.ledger.begin(target.repository, target.digest, datetime.now(UTC),
-                                reserved_bytes=room, expires_at=expires)
-        self._inflight[target] = room
 
     def _drop_last_ahead(self) -> bool:
         """The prefetched image due last no longer counts as ahead, and may be evicted at
@@ -303,26 +249,6 @@ class LocalImages:
             if not evicted:
                 raise
             return self.puller.pull(target, deadline)
-
-    def _trim(self, target: PullTarget, pulled: Pulled, size: int) -> None:
-        """Back under the budget after the pull; an image that alone passes it is refused."""
-        budget = self.cache.budget_bytes
-        if budget is None:
-            self.cache.look()  # what the cache holds now, for the metrics
-            return
-        keep = {pulled.image_id, *self._ahead_ids()}
-        with self.cache.decisions():  # room for the pulls still under way, of any process
-            self.cache.make_room(self.cache.ledger.reserved(datetime.now(UTC)), keep_ids=keep)
-        if size <= budget:  # what it alone takes is at most its size: no look needed
-            return
-        alone = footprint(self._api, {pulled.image_id}, self.cache.layer_cache).usage()
-        if alone > budget:
-            entry = self.cache.ledger.get(target.repository, target.digest)
-            if entry is not None:
-                self.cache.evict(entry)
-            raise _cache_full(target, f"it takes {alone} bytes on the engine's disk, more than "
-                              f"the whole image cache ({budget} bytes); removed again",
-                              image_bytes=alone, budget_bytes=budget)
 
     # --- ahead of the probes -----------------------------------------------------------------
     def prefetch(self, targets: Iterable[PullTarget | tuple[str, str]]
@@ -454,9 +380,3 @@ def _target(reference: str, digest: str | None) -> PullTarget:
     if carried and digest and carried != digest:
         raise ValueError(f"{reference!r} carries {carried}, not {digest}")
     return PullTarget(repository, chosen)
-
-
-def _cache_full(target: PullTarget, why: str, **details: object) -> RegistryFailed:
-    return RegistryFailed(f"{target.reference} does not fit the image cache: {why}",
-                          reason=Reason.IMAGE_CACHE_FULL, registry=target.registry,
-                          details={"reference": target.reference, **details})
