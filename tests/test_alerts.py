@@ -57,8 +57,10 @@ SEVERITIES = {"critical", "warning", "info"}
 # `outcome`: a rollout's outcome (core.rollouts.Outcome, a closed vocabulary), or a registry
 # look's or pull's (ok, timeout, a registry reason).
 # `registry`: a registry host the catalogue's watched images name.
+# `node`, `host`: an image cache's engine, the daemon's own (`local`) or a Ray node's (its ID
+# and host): bounded by the cluster, a node silent for a day dropped.
 BOUNDED_LABELS = {"env", "suite", "kind", "status", "state", "source", "stat", "le", "trick",
-                  "depth", "outcome", "registry"}
+                  "depth", "outcome", "registry", "node", "host"}
 HTTP_TIMEOUT = (2, 5)
 
 
@@ -211,6 +213,12 @@ def registry_stats() -> RegistryStats:
     stats.cache(2_000_000, 10_000_000)
     stats.evicted(1_000_000)
     stats.looked_up(hit=True)
+    # and a Ray node's stage, folded in as the executor does with a task's outcome
+    node = RegistryStats()
+    node.pulled("127.0.0.1:5000", "ok", 2.0, 3_000_000)
+    node.looked_up(hit=False)
+    node.cache(3_000_000, 10_000_000)
+    stats.fold("8f" * 28, "node-1", node.delta())
     return stats
 
 

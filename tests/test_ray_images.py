@@ -1,230 +1,63 @@
 """On Ray each node pulls what it runs into its own engine, under its own budget, with its own
-ledger; a check goes first to a node whose engine holds its image.
+ledger; a check goes first to a node whose engine holds its image; what a node's stage did
+shows in the caller's metrics; the daemon's pulls ahead go to the node each check will run on.
 
-A local Ray cluster of two nodes (127.0.0.1 only), each with an engine of its own: a ``dockerd``
-of the test's (tests/second_engine.py: its own socket and data root) named by ``DOCKER_HOST`` in
-that node's environment. Neither is this host's shared engine: a node's cache evicts envcheck's
-pulls on its engine to keep its budget, and this host's engine holds other tests' pulls. Each
-node has its own data directory (``ENVCHECK_DATA_DIR``), where its ledger lives under its
-engine's ID. The images live in the real test registry (tests/registryd.py): tiny ones, a
-user, ``sleep`` with its C library and a file of their own, so that a sandbox starts on them
-(the terminal probe then fails on the missing shell: a verdict on the image, given by
-whichever engine ran it).
+The cluster: two nodes, each with an engine and a data directory of its own
+(tests/ray_engines.py); the images: tiny ones in the real test registry.
 """
 
 from __future__ import annotations
 
 import os
 
-# Before Ray is imported (it reads these once): every Ray address on loopback, no usage report.
+# Before Ray is imported (it reads these once, and envcheck's executor imports it): every Ray
+# address on loopback (Ray otherwise swaps 127.0.0.1 for the host's own), no usage report.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_USAGE_STATS_REPORT_URL"] = "http://127.0.0.1:9/"
 
-import io
-import sqlite3
-import tarfile
-import textwrap
+import threading
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker
+import docker.errors
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-try:
-    import ray
-except ImportError as exc:  # the ray extra belongs to the test set-up: fail, never skip
-    raise ImportError("tests/test_ray_images.py needs the ray extra: "
-                      "ENVCHECK_EXTRAS=dev,dashboard,ray scripts/setup.sh") from exc
-
-from ray.cluster_utils import Cluster
-
-from envcheck.catalogue.loader import load_catalogue
-from envcheck.catalogue.models import Catalogue
-from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
-from envcheck.executors.base import RayOptions
+from envcheck.core.results import Reason, Status
 from envcheck.executors.cycle import new_run_id
 from envcheck.executors.ray import RayExecutor
 from envcheck.kinds.collaborators import build_services
+from envcheck.metrics.images import RegistrySeries
+from envcheck.metrics.own import own_registry
 from envcheck.registry.cache import parse_budget
 from envcheck.registry.fleet import RegistryImages, RegistrySettings
-from envcheck.registry.ledger import ledger_path
-from envcheck.sandbox.labels import LABEL_ENV
-from envcheck.store import Store, open_store
-from tests.registry_images import new_repository
+from envcheck.schedule.prefetch import Prefetch
+from envcheck.store import Store
+from tests import ray_engines
+from tests.polling import wait_for
+from tests.ray_engines import (
+    BUDGET,
+    TERMINAL,
+    TwoEngines,
+    catalogue,
+    check,
+    created_on,
+    node_of,
+    push_runnable,
+    stage,
+)
 from tests.registryd import Registry
-from tests.second_engine import SecondEngine, second_engine
-from tests.test_ray import _environ, _node_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
-BUDGET = "64MiB"  # per node: several tiny images
-TERMINAL = [ProbeKind.TERMINAL]
-# sleep and what it loads: a sandbox's keep-alive (``sleep infinity``) runs on the image
-_RUNTIME_FILES = {"bin/sleep": "/bin/sleep",
-                  "lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
-                  "lib64/ld-linux-x86-64.so.2": "/lib64/ld-linux-x86-64.so.2"}
-
-
-@dataclass
-class TwoEngines:
-    cluster: Any
-    main: str  # node id of the head, on the first engine
-    second: str  # node id of the other node, on the second engine
-    engine1: SecondEngine
-    engine2: SecondEngine
-    data: dict[str, Path]  # node id -> its data directory
-    engine_ids: dict[str, str]  # node id -> its engine's ID (docker info)
-    clients: dict[str, docker.DockerClient]  # node id -> its engine
-
-    def ledger(self, node: str) -> list[tuple[str, str, int]]:
-        """(repository, digest, size) of every pull the node's ledger recorded."""
-        path = ledger_path(self.data[node], self.engine_ids[node])
-        if not path.exists():
-            return []
-        with sqlite3.connect(path, timeout=10) as db:
-            rows = db.execute("SELECT repository, digest, size_bytes FROM pulls").fetchall()
-        return [(str(r), str(d), int(s)) for r, d, s in rows]
-
-    def holds(self, node: str, repository: str, digest: str) -> bool:
-        try:
-            attrs = self.clients[node].api.inspect_image(f"{repository}@{digest}")
-        except docker.errors.NotFound:
-            return False
-        return any(str(d).endswith(digest) for d in attrs.get("RepoDigests") or [])
-
-
-@pytest.fixture(scope="module")
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoEngines]:
-    home = tmp_path_factory.mktemp("ray-home")  # Ray's usage module finds a config here
-    (home / "ray_bootstrap_config.yaml").write_text("{}\n", encoding="utf-8")
-    data_main, data_second = (tmp_path_factory.mktemp("data-main"),
-                              tmp_path_factory.mktemp("data-second"))
-    with second_engine() as engine1, second_engine() as engine2:
-        cluster = Cluster(shutdown_at_exit=True)
-        try:
-            with _environ({"HOME": str(home), "DOCKER_HOST": engine1.host,
-                           "ENVCHECK_DATA_DIR": str(data_main)}):
-                head = cluster.add_node(**_node_args({"docker": 1}))
-            with _environ({"DOCKER_HOST": engine2.host,
-                           "ENVCHECK_DATA_DIR": str(data_second)}):
-                second = cluster.add_node(**_node_args({"docker": 1}))
-            cluster.wait_for_nodes()
-            clients = {head.node_id: engine1.client, second.node_id: engine2.client}
-            yield TwoEngines(cluster, head.node_id, second.node_id, engine1, engine2,
-                             {head.node_id: data_main, second.node_id: data_second},
-                             {n: str(c.info()["ID"]) for n, c in clients.items()}, clients)
-        finally:
-            if ray.is_initialized():
-                ray.shutdown()
-            cluster.shutdown()
-
-
-@pytest.fixture(scope="module")
-def executor(engines: TwoEngines) -> Iterator[RayExecutor]:
-    ex = RayExecutor.connect(RayOptions(address=engines.cluster.address, max_retries=0,
-                                        unschedulable_grace_s=3.0))
-    try:
-        yield ex
-    finally:
-        ex.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with open_store(f"sqlite:///{tmp_path / 'ray.db'}") as db:
-        yield db
-
-
-@pytest.fixture
-def repositories(engines: TwoEngines, registry_anonymous: Registry) -> Iterator[list[str]]:
-    """Repositories of this test's own; whatever either engine holds of them is removed."""
-    made: list[str] = []
-    yield made
-    for client in engines.clients.values():
-        for image in client.images.list():
-            names = [*(image.attrs.get("RepoDigests") or []), *(image.tags or [])]
-            if any(repo in str(name) for repo in made for name in names):
-                client.images.remove(image.id, force=True)
-
-
-def push_runnable(client: docker.DockerClient, registry: Registry, repositories: list[str]
-                  ) -> tuple[str, str]:
-    """A tiny image a sandbox starts on, pushed as ``repository:v1`` and removed from the
-    engine again: (repository as the engine names it, the registry's digest)."""
-    repository = new_repository("envcheck-ray")
-    repositories.append(repository)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, source in _RUNTIME_FILES.items():
-            tar.add(os.path.realpath(source), arcname=name)
-        for name, content in (("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n"),
-                              ("payload.txt", uuid.uuid4().bytes)):
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    ref = f"{registry.host}/{repository}"
-    client.api.import_image_from_data(buf.getvalue(), repository=ref, tag="v1")
-    digest = None
-    try:
-        for event in client.images.push(ref, tag="v1", stream=True, decode=True):
-            if "error" in event:
-                raise RuntimeError(f"push of {ref}:v1 failed: {event['error']}")
-            digest = (event.get("aux") or {}).get("Digest", digest)
-    finally:
-        client.images.remove(f"{ref}:v1", force=True)
-    assert digest is not None
-    return ref, str(digest)
-
-
-def catalogue(tmp_path: Path, images: dict[str, str]) -> Catalogue:
-    envs = "".join(f'      - id: {env_id}\n        image: "{image}:v1"\n'
-                   for env_id, image in images.items())
-    path = tmp_path / "ray-images.yaml"
-    path.write_text(textwrap.dedent("""\
-        version: 1
-        suites:
-          ray-images:
-            description: images envcheck pulls, checked on a cluster of two engines
-            defaults:
-              pull: watch
-              workdir: /
-              user: root
-              timeouts: { start_s: 30, shell_s: 5, exec_s: 15 }
-            environments:
-        """) + envs, encoding="utf-8")
-    return load_catalogue([path])
-
-
-def stage(engines: TwoEngines, cat: Catalogue, budget: str = BUDGET) -> RegistryImages:
-    """The caller's registry stage: its tag watch (the nodes pull what it saw) and the budget
-    every node applies to its own engine."""
-    api = engines.clients[engines.main].api
-    return RegistryImages.open(api, cat, RegistrySettings(engines.data[engines.main], budget))
-
-
-def check(executor: RayExecutor, cat: Catalogue, store: Store, registry: RegistryImages,
-          env_id: str) -> ProbeResult:
-    env = next(e for e in cat.environments if e.id == env_id)
-    services = build_services(cat, store, registry=registry)
-    [result] = executor.run_cycle([env], TERMINAL, new_run_id(), services=services)
-    return result
-
-
-def node_of(result: ProbeResult) -> str:
-    return str(result.details["ray"]["node_id"])
-
-
-def created_on(client: docker.DockerClient, env_id: str, since: float) -> int:
-    """How many sandboxes of ``env_id`` the engine behind ``client`` created since then."""
-    events = client.api.events(since=int(since), until=int(time.time()) + 1, decode=True,
-                               filters={"type": "container", "event": "create"})
-    return sum(1 for e in events
-               if (e.get("Actor") or {}).get("Attributes", {}).get(LABEL_ENV) == env_id)
+# the cluster's fixtures: one cluster for the module, its executor, a store, test repositories
+engines = ray_engines.engines
+executor = ray_engines.executor
+store = ray_engines.store
+repositories = ray_engines.repositories
 
 
 def test_a_check_goes_to_the_node_whose_engine_holds_its_image(
@@ -281,12 +114,49 @@ def test_an_image_no_node_holds_is_pulled_by_the_node_that_runs_it_into_its_own_
         assert sum(size for _, _, size in engines.ledger(ran)) <= budget
         image = first.details.get("image") or {}
         assert image.get("pulled") is True, first.details
+        # the node's pull and its cache in the metrics the caller's daemon exports
+        metrics = exported(registry)
+        pulls = {dict(labels)["outcome"]: value for (name, labels), value in metrics.items()
+                 if name == "envcheck_registry_pulls_total"
+                 and dict(labels)["registry"] == registry_anonymous.host}
+        assert pulls == {"ok": 1}
+        downloaded = metrics[("envcheck_registry_pull_bytes_total",
+                              (("registry", registry_anonymous.host),))]
+        assert downloaded > 0
+        caches = {dict(labels)["node"]: value for (name, labels), value in metrics.items()
+                  if name == "envcheck_image_cache_bytes"}
+        assert set(caches) == {ran}  # the node's cache; the caller's engine pulled nothing
+        assert 0 < caches[ran] <= budget
+        assert sum(size for _, _, size in engines.ledger(ran)) >= caches[ran] > 0
+        assert metrics[("envcheck_image_cache_budget_bytes", cache_labels(metrics, ran))
+                       ] == budget
+        assert metrics[("envcheck_image_cache_misses_total", cache_labels(metrics, ran))] == 1
         # checked again: to the node that holds it now, no pull
         again = check(executor, cat, store, registry, "held-nowhere")
     finally:
         registry.close()
     assert node_of(again) == ran
     assert (again.details.get("image") or {}).get("pulled") is False, again.details
+    metrics = exported(registry)
+    assert metrics[("envcheck_image_cache_hits_total", cache_labels(metrics, ran))] == 1
+    assert [value for (name, labels), value in metrics.items()
+            if name == "envcheck_registry_pulls_total"] == [1]  # no second pull
+
+
+def exported(registry: RegistryImages) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The registry stage's series as the daemon's ``/metrics`` renders them."""
+    series = own_registry(lambda: True)
+    series.register(RegistrySeries(registry.stats.snapshot))
+    text = generate_latest(series).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def cache_labels(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], node: str
+                 ) -> tuple[tuple[str, str], ...]:
+    [labels] = {labels for name, labels in metrics if name == "envcheck_image_cache_bytes"
+                and dict(labels)["node"] == node}
+    return labels
 
 
 def test_each_node_applies_the_budget_to_its_own_engine(
@@ -306,3 +176,61 @@ def test_each_node_applies_the_budget_to_its_own_engine(
     assert node_of(result) in (engines.main, engines.second)
     assert not any(engines.holds(node, repository, digest)
                    for node in (engines.main, engines.second))
+
+
+def test_the_daemon_pulls_ahead_on_the_node_each_check_will_run_on(
+        engines: TwoEngines, executor: RayExecutor, store: Store, tmp_path: Path,
+        registry_anonymous: Registry, docker_client: docker.DockerClient,
+        repositories: list[str]) -> None:
+    images = {f"ahead-{i}": push_runnable(docker_client, registry_anonymous, repositories)
+              for i in range(2)}
+    cat = catalogue(tmp_path, {env_id: repository for env_id, (repository, _) in images.items()})
+    envs = {env.id: env for env in cat.environments}
+    # the caller's stage over this host's engine, which runs no check: nothing goes there
+    registry = RegistryImages.open(docker_client.api, cat,
+                                   RegistrySettings(tmp_path / "caller", BUDGET))
+    services = build_services(cat, store, registry=registry)
+    prefetch = Prefetch(lambda limit: [(envs[i], TERMINAL[0]) for i in sorted(envs)][:limit],
+                        lambda: services, threading.Event(), ahead=executor.pull_ahead)
+    nodes = (engines.main, engines.second)
+    try:
+        assert prefetch.once() == 2  # the daemon's pass: both images sent ahead
+
+        def holders(env_id: str) -> list[str]:
+            repository, digest = images[env_id]
+            return [node for node in nodes if engines.holds(node, repository, digest)]
+
+        wait_for(lambda: all(len(holders(env_id)) == 1 for env_id in images), timeout_s=180,
+                 what="each image pulled ahead into one node's engine")
+        wait_for(lambda: executor.pulls_ahead.collect(1.0) >= 0
+                 and executor.pulls_ahead.pending == 0, timeout_s=60,
+                 what="the pulls ahead reported")
+        where = {env_id: holders(env_id)[0] for env_id in images}
+        for env_id, (repository, digest) in images.items():
+            assert (repository, digest) in [(r, d) for r, d, _ in engines.ledger(where[env_id])]
+            with pytest.raises(docker.errors.NotFound):  # never into the caller's engine
+                docker_client.api.inspect_image(f"{repository}@{digest}")
+        assert registry.images is not None and registry.images.cache.ledger.entries() == []
+        assert registry.stats.snapshot().prefetches == {"ok": 2}  # as the nodes said
+        assert prefetch.once() == 0  # held, or on their way: nothing sent twice
+        since = time.time() - 1
+        # one at a time, as the daemon's jobs come (two at once on one node of one docker
+        # slot: the second would spill to the other node, which would pull, by design)
+        results = [result for env_id in sorted(images)
+                   for result in executor.run_cycle([envs[env_id]], TERMINAL, new_run_id(),
+                                                    services=services)]
+    finally:
+        registry.close()
+    for result in results:
+        # each check went to the node its image was pulled ahead on, and pulled nothing
+        assert (result.status, result.reason) == (Status.FAIL, Reason.SHELL_MISSING), \
+            result.summary
+        assert result.image_digest == images[result.env_id][1]
+        assert node_of(result) == where[result.env_id]
+        assert (result.details.get("image") or {}).get("pulled") is False, result.details
+        other = engines.engine2 if where[result.env_id] == engines.main else engines.engine1
+        assert created_on(other.client, result.env_id, since) == 0
+    snapshot = registry.stats.snapshot()
+    assert snapshot.prefetch_used == 2
+    assert sum(snapshot.pulls.values()) == 2  # the two pulls ahead, none by the checks
+

@@ -1,7 +1,8 @@
 """The image cache on the real engine with tiny images from the real test registry: a budget
 smaller than the images (evictions in LRU order; nothing in use, pinned or someone else's
 evicted), a shared base layer counted once, an image larger than the whole budget refused,
-the ledger settled with the engine at start, prefetch bounded."""
+the ledger settled with the engine at start (adopting only the tagged images of repositories
+the stage's catalogue names), prefetch bounded."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from pathlib import Path
 import docker
 import pytest
 
+from envcheck.catalogue.loader import load_catalogue
+from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import EngineUnreachable, RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import Budget, reconcile
 from envcheck.registry.credentials import CredentialSource, RegistryCredentials
+from envcheck.registry.fleet import RegistryImages, RegistrySettings
 from envcheck.registry.images import LocalImages
 from envcheck.registry.pull import PullTarget, cache_tag
 from envcheck.registry.sizes import ManifestSizes
@@ -262,3 +266,50 @@ def test_an_engine_that_stops_answering_is_engine_unreachable(
         proxy.thaw()
         client.close()
         proxy.close()
+
+
+def watching(path: Path, repositories: list[str]) -> Catalogue:
+    """A catalogue following ``repositories`` (at ``:v1``) in their registry."""
+    envs = "".join(f'      - id: env-{i}\n        image: "{repo}:v1"\n'
+                   for i, repo in enumerate(repositories))
+    path.write_text("version: 1\nsuites:\n  cached:\n    description: images envcheck pulls\n"
+                    "    defaults: {pull: watch, workdir: /, user: root}\n"
+                    "    environments:\n" + envs, encoding="utf-8")
+    return load_catalogue([path])
+
+
+def test_a_new_stage_adopts_only_tagged_images_of_the_repositories_it_uses(
+        docker_client: docker.DockerClient, registry_anonymous: Registry,
+        pulled_images: Pulled, tmp_path: Path) -> None:
+    reg = registry_anonymous
+    mine_repo, theirs_repo = new_repository(), new_repository()
+    mine = target(reg, mine_repo, push_sized(docker_client, reg, mine_repo, "v1", 1 * MB))
+    theirs = target(reg, theirs_repo, push_sized(docker_client, reg, theirs_repo, "v1", 1 * MB))
+    pulled_images.add(mine, theirs)
+    api = docker_client.api
+    # another catalogue's stage on this engine, with a data directory (a ledger) of its own,
+    # pulled both: tagged as envcheck's, in its ledger
+    other = RegistryImages.open(api, watching(tmp_path / "other.yaml", [mine.repository,
+                                                                       theirs.repository]),
+                                RegistrySettings(tmp_path / "other"))
+    assert other.images is not None
+    for t in (mine, theirs):
+        assert ensure(other.images, t) > 0
+    other.close()
+    # a stage whose catalogue names one of them adopts that one, and leaves the other's
+    stage = RegistryImages.open(api, watching(tmp_path / "mine.yaml", [mine.repository]),
+                                RegistrySettings(tmp_path / "mine", image_cache="1KiB"))
+    assert stage.images is not None
+    assert [e.reference for e in stage.images.cache.ledger.entries()] == [mine.reference]
+    # its budget evicts its own (nothing pins, uses or holds it once the minimum age is off)
+    stage.images.cache.min_age_s = 0.0
+    evicted = stage.images.cache.make_room(0)
+    assert [e.entry.reference for e in evicted] == [mine.reference]
+    assert not pulled_images.present(mine) and pulled_images.present(theirs)
+    stage.close()
+    # a node's stage has no catalogue: it adopts none at start, and one when a task uses it
+    node = RegistryImages.on_engine(api, RegistrySettings(tmp_path / "node"), {})
+    assert node.images is not None and node.images.cache.ledger.entries() == []
+    assert ensure(node.images, theirs) == 0.0  # on the engine: no pull
+    assert [e.reference for e in node.images.cache.ledger.entries()] == [theirs.reference]
+    node.close()

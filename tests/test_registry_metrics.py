@@ -6,6 +6,7 @@ watches nothing exports none of them."""
 
 from __future__ import annotations
 
+import socket
 import textwrap
 from pathlib import Path
 
@@ -69,9 +70,13 @@ def test_the_daemon_exports_its_tag_looks_by_registry_and_outcome(
     seconds = {dict(labels)["outcome"]: value for (name, labels), value in metrics.items()
                if name == "envcheck_registry_look_seconds_total"}
     assert seconds["ok"] > 0
-    # nothing pulled (the image kind never needs a container): the cache's series, at zero
-    assert metrics[("envcheck_image_cache_misses_total", ())] == 0
-    assert metrics[("envcheck_image_cache_bytes", ())] == 0
+    # nothing pulled (the image kind never needs a container): the cache's series, at zero,
+    # one cache: the daemon's own engine's
+    local = (("host", socket.gethostname()), ("node", "local"))
+    assert metrics[("envcheck_image_cache_misses_total", local)] == 0
+    assert metrics[("envcheck_image_cache_bytes", local)] == 0
+    assert [key for key in metrics if key[0] == "envcheck_image_cache_bytes"] == [
+        ("envcheck_image_cache_bytes", local)]
     assert not [key for key in metrics if key[0] == "envcheck_registry_pulls_total"]
     assert d.stop() == 0
 

@@ -7,15 +7,17 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from envcheck.catalogue.models import Environment
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import ResultSink, Services
 from envcheck.executors.kind import ExecutorKind
 from envcheck.kinds import Verdict, load_probe
+from envcheck.registry.fleet import RegistryImages
 
-__all__ = ["Executor", "ExecutorConfig", "ExecutorKind", "RayOptions", "infra_results"]
+__all__ = ["Executor", "ExecutorConfig", "ExecutorKind", "PullsAhead", "RayOptions",
+           "infra_results"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,17 @@ class Executor(Protocol):
         """Raise an :class:`~envcheck.core.errors.InfraError` when checks cannot run (readiness)."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PullsAhead(Protocol):
+    """An executor whose checks run on other hosts pulls the images of the next due checks
+    ahead there (Ray: on the node each check will run on), never into the caller's engine;
+    how many images it sent ahead. The local executor has none: the registry stage's own
+    ``prefetch`` pulls into the engine its checks run on."""
+
+    def pull_ahead(self, registry: RegistryImages,
+                   wanted: Sequence[tuple[Environment, str]]) -> int: ...
 
 
 def infra_results(env: Environment, kinds: Sequence[ProbeKind], reason: Reason,

@@ -23,29 +23,27 @@ client from the node's environment and runs the same check as the local executor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
 import ray
 import ray.exceptions
 
-from envcheck.catalogue.datasources import DataSource
 from envcheck.catalogue.models import Environment
 from envcheck.core.clock import SYSTEM_CLOCK
 from envcheck.core.depth import DepthAdvice
-from envcheck.core.errors import ExecutorUnavailable, InfraError
+from envcheck.core.errors import ExecutorUnavailable
 from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind, ProbeResult, Reason
 from envcheck.executors.base import RayOptions, infra_results
 from envcheck.executors.cycle import ResultSink, Services
+from envcheck.executors.ray_ahead import NodePullsAhead
+from envcheck.executors.ray_jobs import Job, jobs_of
 from envcheck.executors.ray_placement import (
     Holdings,
     LiveNodes,
@@ -55,11 +53,11 @@ from envcheck.executors.ray_placement import (
     feasible,
 )
 from envcheck.executors.ray_task import (
-    CheckTask,
     Observation,
     Shape,
     TaskOutcome,
     census_on_node,
+    prefetch_on_node,
     run_on_node,
 )
 from envcheck.kinds.adversarial.ledger import ControlsLedger
@@ -75,9 +73,6 @@ __all__ = ["RayExecutor"]
 
 log = logging.getLogger(__name__)
 
-# A pinned node resource is asked for in a sliver: it selects nodes, the docker resource
-# bounds the concurrency.
-PIN_AMOUNT = 0.001
 _POLL_S = 1.0
 _BATCH = 256  # environments looked up and placed before their checks are submitted
 _NODES_TTL_S = 5.0
@@ -89,22 +84,6 @@ _KIND_ORDER = {kind: i for i, kind in enumerate(ProbeKind)}
 
 _T = TypeVar("_T")
 Ref: TypeAlias = ray.ObjectRef["TaskOutcome"]
-
-
-@dataclass(slots=True)
-class _Job:
-    task: CheckTask
-    resources: dict[str, float]
-    unschedulable_since: float | None = None
-    # When it was submitted (wall clock, monotonic): a task that dies or is never placed
-    # is recorded as an attempt from then, not as one that started when its failure came.
-    submitted_at: datetime | None = None
-    submitted: float = 0.0
-
-    def waited_s(self) -> float:
-        if self.submitted_at is None:
-            return 0.0
-        return max(SYSTEM_CLOCK.monotonic() - self.submitted, 0.0)
 
 
 def _reason(exc: BaseException) -> Reason:
@@ -158,6 +137,9 @@ class RayExecutor:
         self._remote = ray.remote(run_on_node)
         self._holdings = Holdings(ray.remote(census_on_node))
         self._live_nodes = LiveNodes(_NODES_TTL_S)
+        # the daemon's pulls ahead, into the engines of the nodes the checks will run on
+        self.pulls_ahead = NodePullsAhead(ray.remote(prefetch_on_node), self._holdings,
+                                          self._live_nodes, options)
 
     @classmethod
     def connect(cls, options: RayOptions, *, shapes: ShapeStore | None = None,
@@ -207,18 +189,18 @@ class RayExecutor:
         registry = _service(services, RegistryImages)
         spec = node_spec(registry) if registry is not None else None
         tests = ProbeKind.TESTS in kinds
-        pending: dict[Ref, _Job] = {}
+        pending: dict[Ref, Job] = {}
         nodes = self._live_nodes()
         accepted: dict[str, Shape | None] = {}
         try:
             for start in range(0, len(envs), _BATCH):
-                jobs: list[_Job] = []
+                jobs: list[Job] = []
                 for env in envs[start:start + _BATCH]:
                     prior = ledger.newest(env) if ledger is not None and tests else None
                     depth = advisor.advice(env) if advisor is not None and tests else None
                     reuse = _reuse(reuser, env, kinds)
-                    made = self._jobs(env, kinds, run_id, checker, accepted, prior, depth,
-                                      reuse)
+                    made = jobs_of(env, kinds, run_id, self._options, checker, accepted,
+                                   self._accepted, prior, depth, reuse)
                     carried = carried_image(env, kinds, registry, spec)
                     for job in made:
                         job.task = dataclasses.replace(job.task, **carried)
@@ -232,7 +214,7 @@ class RayExecutor:
                     job.submitted_at = SYSTEM_CLOCK.now()
                     job.submitted = SYSTEM_CLOCK.monotonic()
                     pending[self._submit(job, nodes)] = job
-            self._collect(pending, emit)
+            self._collect(pending, emit, registry)
         except BaseException:
             self._abandon(pending)
             raise
@@ -252,53 +234,19 @@ class RayExecutor:
             raise ExecutorUnavailable(f"no live Ray node declares the "
                                       f"{self._options.docker_resource!r} resource")
 
+    def pull_ahead(self, registry: RegistryImages,
+                   wanted: Sequence[tuple[Environment, str]]) -> int:
+        """The images of the next due checks pulled ahead on the nodes they will run on
+        (``executors.ray_ahead``), never into this process's engine."""
+        return self.pulls_ahead(registry, wanted)
+
     def close(self) -> None:
+        self.pulls_ahead.close()
         if self._owns and ray.is_initialized():
             ray.shutdown()
         self._owns = False
 
     # --- submitting ---------------------------------------------------------------------
-
-    def _jobs(self, env: Environment, kinds: Sequence[ProbeKind], run_id: str,
-              checker: DataSourceChecker | None,
-              accepted: dict[str, Shape | None],
-              prior: ProbeResult | None = None,
-              depth: DepthAdvice | None = None,
-              reuse: Mapping[ProbeKind, DepthAdvice] | None = None) -> list[_Job]:
-        """One task per environment, or two when its data sources pin the datasource probe
-        to a node (the other kinds need not go there); ``prior``: the earlier adversarial
-        evidence the tests probe may reuse; ``depth``: the depth advice for it; ``reuse``:
-        the reuse advice of the read-only kinds."""
-        reuse = reuse or {}
-        base = {self._options.docker_resource: self._options.docker_per_task}
-        sources: tuple[DataSource, ...] | None = None
-        if ProbeKind.DATASOURCE in kinds and checker is not None:
-            sources = tuple(self._sources(env, checker))
-            for source in sources:
-                if source.id not in accepted:
-                    accepted[source.id] = self._accepted(source.id)
-        snapshot = {s.id: accepted.get(s.id) for s in sources or ()}
-        pins = {s.node for s in sources or () if s.node is not None}
-        if not pins:
-            return [_Job(CheckTask(env, tuple(kinds), run_id, sources, snapshot, prior, depth,
-                                   reuse), base)]
-        others = tuple(k for k in kinds if k is not ProbeKind.DATASOURCE)
-        jobs = [_Job(CheckTask(env, others, run_id, prior=prior, depth=depth, reuse=reuse),
-                     base)] \
-            if others else []
-        pinned = {**base, **dict.fromkeys(sorted(pins), PIN_AMOUNT)}
-        jobs.append(_Job(CheckTask(env, (ProbeKind.DATASOURCE,), run_id, sources, snapshot),
-                         pinned))
-        return jobs
-
-    @staticmethod
-    def _sources(env: Environment, checker: DataSourceChecker) -> list[DataSource]:
-        found: list[DataSource] = []
-        for source_id in env.data_sources:
-            # unknown here: the node's checker says so in the result, as locally
-            with contextlib.suppress(InfraError):
-                found.append(checker.source(source_id))
-        return found
 
     def _accepted(self, source_id: str) -> Shape | None:
         if self._store is None:
@@ -313,7 +261,7 @@ class RayExecutor:
         self._outages.ran(_SHAPES_READ)
         return Shape(record.fingerprint, record.shape) if record is not None else None
 
-    def _submit(self, job: _Job, nodes: Sequence[Mapping[str, Any]]) -> Ref:
+    def _submit(self, job: Job, nodes: Sequence[Mapping[str, Any]]) -> Ref:
         options = self._options
         env_vars = {name: os.environ[name] for name in options.forward_env
                     if os.environ.get(name)}
@@ -330,8 +278,8 @@ class RayExecutor:
 
     # --- collecting ---------------------------------------------------------------------
 
-    def _collect(self, pending: dict[Ref, _Job],
-                 emit: Callable[[Sequence[ProbeResult]], None]) -> None:
+    def _collect(self, pending: dict[Ref, Job], emit: Callable[[Sequence[ProbeResult]], None],
+                 registry: RegistryImages | None) -> None:
         watched = time.monotonic()
         # not a retry: collects results as they finish, looking for lost nodes in between
         while pending:
@@ -340,7 +288,7 @@ class RayExecutor:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             for ref in ready:
                 job = pending.pop(ref)
-                emit(self._outcome(ref, job))
+                emit(self._outcome(ref, job, registry))
             if time.monotonic() - watched >= _NODES_TTL_S:
                 watched = time.monotonic()
                 for ref in self._stranded(pending):
@@ -348,7 +296,8 @@ class RayExecutor:
                     ray.cancel(ref)  # queued on no node: nothing runs, nothing to clean
                     emit(self._unplaceable(job))
 
-    def _outcome(self, ref: Ref, job: _Job) -> list[ProbeResult]:
+    def _outcome(self, ref: Ref, job: Job, registry: RegistryImages | None
+                 ) -> list[ProbeResult]:
         task = job.task
         try:
             outcome: TaskOutcome = ray.get(ref, timeout=60.0)
@@ -362,6 +311,9 @@ class RayExecutor:
                                  started_at=job.submitted_at, duration_s=job.waited_s())
         self._write_shapes(outcome.observations)
         self._holdings.learn(outcome.node_id, task.image_key, task.image_key in outcome.held)
+        self.pulls_ahead.used(task.image_key)
+        if registry is not None and outcome.registry is not None:  # the node's pulls, cache
+            registry.stats.fold(outcome.node_id, outcome.host, outcome.registry)
         return list(outcome.results)
 
     def _write_shapes(self, observations: Sequence[Observation]) -> None:
@@ -377,7 +329,7 @@ class RayExecutor:
             else:
                 self._outages.ran(_SHAPES_WRITE)
 
-    def _stranded(self, pending: Mapping[Ref, _Job]) -> list[Ref]:
+    def _stranded(self, pending: Mapping[Ref, Job]) -> list[Ref]:
         """Tasks that no live node could take for longer than the grace period."""
         if not pending:
             return []
@@ -391,13 +343,13 @@ class RayExecutor:
                 out.append(ref)
         return out
 
-    def _unplaceable(self, job: _Job) -> list[ProbeResult]:
+    def _unplaceable(self, job: Job) -> list[ProbeResult]:
         wanted = ", ".join(f"{k}={v:g}" for k, v in sorted(job.resources.items()))
         return infra_results(job.task.env, job.task.kinds, Reason.NODE_UNAVAILABLE,
                              f"no live Ray node offers {wanted}",
                              started_at=job.submitted_at, duration_s=job.waited_s())
 
-    def _abandon(self, pending: Mapping[Ref, _Job]) -> None:
+    def _abandon(self, pending: Mapping[Ref, Job]) -> None:
         """Interrupted: queued tasks are dropped, running ones interrupted (their sandboxes
         are removed on the way out); wait a bounded while for them to end."""
         refs = list(pending)

@@ -39,7 +39,8 @@ from envcheck.registry.fleet import RegistryImages
 from envcheck.registry.node import NodeImagesSpec, image_key
 from envcheck.registry.reference import ImageReference
 
-__all__ = ["Holdings", "LiveNodes", "affinity", "carried_image", "checking_nodes", "feasible"]
+__all__ = ["Holdings", "LiveNodes", "affinity", "carried_image", "checking_nodes", "chosen_node",
+           "feasible"]
 
 log = logging.getLogger(__name__)
 
@@ -155,18 +156,24 @@ def checking_nodes(nodes: Sequence[Mapping[str, Any]], resource: str) -> list[st
             if n.get("Alive") and n.get("Resources", {}).get(resource, 0.0) > 0]
 
 
-def affinity(env_id: str, holders: Collection[str], resources: Mapping[str, float],
-             nodes: Sequence[Mapping[str, Any]]) -> NodeAffinitySchedulingStrategy | None:
-    """Ray's soft affinity to one live node among ``holders`` that offers ``resources``
-    (chosen by the environment, so that one environment keeps to one node); None when no
-    such node: Ray's default placement."""
+def chosen_node(env_id: str, among: Collection[str], resources: Mapping[str, float],
+                nodes: Sequence[Mapping[str, Any]]) -> str | None:
+    """One live node of ``among`` that offers ``resources``, chosen by the environment (so
+    that one environment keeps to one node); None when there is none."""
     fit = sorted(str(n["NodeID"]) for n in nodes
-                 if n.get("Alive") and str(n.get("NodeID")) in holders
+                 if n.get("Alive") and str(n.get("NodeID")) in among
                  and all(n.get("Resources", {}).get(name, 0.0) >= amount
                          for name, amount in resources.items()))
-    if not fit:
+    return fit[zlib.crc32(env_id.encode()) % len(fit)] if fit else None
+
+
+def affinity(env_id: str, holders: Collection[str], resources: Mapping[str, float],
+             nodes: Sequence[Mapping[str, Any]]) -> NodeAffinitySchedulingStrategy | None:
+    """Ray's soft affinity to the node :func:`chosen_node` picks among ``holders``; None
+    when no such node: Ray's default placement."""
+    chosen = chosen_node(env_id, holders, resources, nodes)
+    if chosen is None:
         return None
-    chosen = fit[zlib.crc32(env_id.encode()) % len(fit)]
     return NodeAffinitySchedulingStrategy(chosen, soft=True, _spill_on_unavailable=True)
 
 

@@ -10,8 +10,10 @@ An image envcheck pulls (``pull: watch``) comes with the caller's look at its ta
 registry stage's settings (:class:`~envcheck.registry.node.NodeImagesSpec`): the node pulls the
 digest the look saw into its own engine, under its own budget, recorded in its own ledger
 (:mod:`envcheck.registry.node`). The outcome says which node ran it and whether its engine
-holds the image afterwards, for the caller's placement; :func:`census_on_node` answers which of
-a few images a node's engine holds.
+holds the image afterwards, for the caller's placement, and what the node's registry stage did
+(its pulls, evictions and cache), which the caller folds into its metrics;
+:func:`census_on_node` answers which of a few images a node's engine holds;
+:func:`prefetch_on_node` pulls images ahead of the checks that will run them there.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ from envcheck.kinds.reuse import ReuseAdvisor
 from envcheck.kinds.testvalidity.depth import DepthAdvisor
 from envcheck.registry.fleet import RegistryImages
 from envcheck.registry.node import HandedLooks, NodeImagesSpec, NodeStage, held_references
+from envcheck.registry.pull import PullTarget
 from envcheck.registry.state import WatchUpdate
+from envcheck.registry.stats import StatsSnapshot
 from envcheck.sandbox.docker import DockerRuntime
 
-__all__ = ["Census", "CheckTask", "Observation", "RecordingShapes", "Shape", "TaskOutcome",
-           "census_on_node", "run_on_node"]
+__all__ = ["AheadOutcome", "Census", "CheckTask", "Observation", "RecordingShapes", "Shape",
+           "TaskOutcome", "census_on_node", "prefetch_on_node", "run_on_node"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,20 @@ class TaskOutcome:
     observations: tuple[Observation, ...] = ()
     node_id: str = ""
     held: tuple[str, ...] = ()  # the task's image, when the node's engine holds it after
+    host: str = ""
+    # what the node's registry stage did since its process last said (None: no stage)
+    registry: StatsSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AheadOutcome:
+    """What a pull ahead on a node left: which of the images asked its engine holds after,
+    and what its registry stage did."""
+
+    node_id: str
+    host: str
+    held: tuple[str, ...]
+    registry: StatsSnapshot | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +211,27 @@ def run_on_node(task: CheckTask) -> TaskOutcome:
         services[RegistryImages] = HandedLooks(stage, looks)
     results = check_environment(task.env, task.kinds, runtime, task.run_id, None, services)
     return TaskOutcome(tuple(_placed(r, where) for r in results), tuple(shapes.observed),
-                       where["node_id"], _held([task.image_key] if task.image_key else []))
+                       where["node_id"], _held([task.image_key] if task.image_key else []),
+                       where["host"], _node_stage.report() if task.images is not None else None)
+
+
+def prefetch_on_node(spec: NodeImagesSpec, wanted: tuple[tuple[str, str, str], ...]
+                     ) -> AheadOutcome:
+    """The body of a pull ahead (a plain function: runs without Ray too): the images of
+    ``wanted`` ((repository, digest, image key), soonest due first) pulled into this node's
+    engine by its registry stage's prefetch, within its bounds, waited for to their deadline."""
+    where = {"node_id": _node_id(), "host": socket.gethostname()}
+    stage = _node_stage.get(spec)
+    futures = stage.images.prefetch([(r, d) for r, d, _ in wanted]) if stage.images else []
+    for future in futures:
+        try:
+            future.result(timeout=spec.pull_deadline_s)
+        except Exception as exc:  # the probe pulls what a prefetch could not, and says why
+            log.info("a pull ahead did not end: %s", exc)
+    if stage.images is not None:  # the caller counts them now; the ledger holds them
+        stage.images.handed_off(PullTarget(r, d) for r, d, _ in wanted)
+    return AheadOutcome(where["node_id"], where["host"], _held([key for _, _, key in wanted]),
+                        _node_stage.report())
 
 
 def census_on_node(references: tuple[str, ...]) -> Census:

@@ -13,7 +13,13 @@ the budget, envcheck removes its own pulls, least recently used first, and never
 - one the catalogue pins (``keep: true``: the digests or references handed in);
 - one pulled or used within ``min_age_s`` (a probe that was just handed it has not yet
   started its container; the kubelet's ``imageMinimumGCAge`` is 2 minutes for the same reason),
-  unless its probes said they are done with it (``release``: ``envcheck check``'s pipeline).
+  unless its probes said they are done with it (``release``: ``envcheck check``'s pipeline);
+- one pulled ahead of its probe and held in the ledger until that probe uses it (or the hold
+  ends), whichever process sharing the engine pulled it.
+
+Every decision (room reserved for a pull, evictions) is taken under the ledger's lock, across
+the processes sharing the engine (:mod:`envcheck.registry.locking`), counting the room the
+pulls under way in any of them reserved.
 
 Removing a pull removes envcheck's references to it (its cache tag, then its
 ``repository@digest``), never by force: an image someone else also tagged stays theirs.
@@ -26,6 +32,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,13 +40,14 @@ from typing import Any
 import docker
 import docker.errors
 
-from envcheck.core.errors import ConfigError
-from envcheck.registry.ledger import CacheLedger, LedgerEntry
+from envcheck.core.errors import ConfigError, EnvcheckError
+from envcheck.registry.ledger import GIVEN_UP, CacheLedger, LedgerEntry
 from envcheck.registry.pull import CACHE_REPOSITORY, PullTarget, cache_tag, holds
 from envcheck.registry.stats import RegistryStats
 from envcheck.registry.usage import DiskFootprint, LayerCache, footprint
 
-__all__ = ["BUDGET_ENV", "Budget", "Eviction", "ImageCache", "parse_budget", "reconcile"]
+__all__ = ["BUDGET_ENV", "Budget", "Eviction", "ImageCache", "adopt_tagged", "parse_budget",
+           "reconcile"]
 
 log = logging.getLogger("envcheck.registry.cache")
 
@@ -129,6 +137,11 @@ class ImageCache:
             self._budget_bytes = self._budget.resolve(lambda: engine_disk_bytes(self._api))
         return self._budget_bytes
 
+    def decisions(self) -> AbstractContextManager[None]:
+        """The lock every budget decision on this engine is taken under, across processes
+        (the ledger's): room reserved for a pull, evictions. Re-entrant in a process."""
+        return self.ledger.decisions()
+
     def look(self) -> tuple[DiskFootprint, list[LedgerEntry]]:
         entries = self.ledger.entries()
         seen = footprint(self._api, {e.image_id for e in entries}, self.layer_cache)
@@ -153,7 +166,8 @@ class ImageCache:
         if budget is None and at_least <= 0:
             return [], 0
         limit = budget if budget is not None else float("inf")
-        with self._lock:
+        # one eviction pass at a time: in this process, and across those sharing the ledger
+        with self.ledger.decisions(), self._lock:
             seen, entries = self.look()
             evicted: list[Eviction] = []
             gone: set[tuple[str, str]] = set()
@@ -190,20 +204,36 @@ class ImageCache:
 
     def evict(self, entry: LedgerEntry) -> bool:
         """Remove one pull now, whatever its age (the image just pulled that does not fit)."""
-        with self._lock:
+        with self.ledger.decisions(), self._lock:
             return self._remove(entry)
+
+    def measure(self) -> None:
+        """The cache's bytes and budget counted now (the stage's start: the metrics show what
+        earlier processes pulled before this one pulls anything); an empty ledger costs no
+        look at the engine's disk. What fails here is said by the first pull instead."""
+        try:
+            if self.ledger.entries():
+                self.look()
+            else:
+                self.stats.cache(0, self.budget_bytes)
+        except (EnvcheckError, docker.errors.DockerException) as exc:
+            log.debug("the image cache was not measured at start", extra={"error": str(exc)})
 
     def _candidates(self, entries: list[LedgerEntry], seen: DiskFootprint,
                     keep_ids: Collection[str]) -> list[LedgerEntry]:
         pinned = set(self._pinned())
-        young = datetime.now(UTC) - timedelta(seconds=self.min_age_s)
+        now = datetime.now(UTC)
+        young = now - timedelta(seconds=self.min_age_s)
         chosen = []
         for entry in entries:  # least recently used first
             if entry.digest in pinned or entry.reference in pinned:
                 continue
-            released = (entry.repository, entry.digest) in self._released
+            released = ((entry.repository, entry.digest) in self._released
+                        or entry.held_until == GIVEN_UP)
             if entry.image_id in keep_ids or (entry.last_used_at > young and not released):
                 continue
+            if entry.held_until is not None and entry.held_until > now:
+                continue  # pulled ahead of its probe, by this process or another
             if seen.in_use(entry.image_id):
                 continue
             chosen.append(entry)
@@ -249,12 +279,14 @@ class ImageCache:
 
 
 def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None = None, *,
-              adopt: Callable[[PullTarget], bool] = lambda _: True) -> tuple[int, int]:
+              adopt: Callable[[PullTarget], bool] = lambda _: False) -> tuple[int, int]:
     """Settle the ledger with the engine at start: entries whose image is gone are dropped;
-    a pull that was under way when the process died and that the engine holds complete is
+    a pull that was under way when a process died and that the engine holds complete is
     tagged and adopted (its intent dropped otherwise); an image carrying envcheck's cache tag
-    but missing from the ledger (killed right after the tag) is adopted, when ``adopt`` says
-    so (every one by default: one ledger per engine). (dropped, adopted)."""
+    but missing from the ledger is adopted when ``adopt`` says so (none by default: the
+    stage adopts those of the repositories its catalogue names, and leaves the others to the
+    ledger of whichever stage pulled them; a data directory lost with its ledger is how such
+    images come about). (dropped, adopted)."""
     at = now or datetime.now(UTC)
     dropped = adopted = 0
     for entry in ledger.entries():
@@ -281,6 +313,20 @@ def reconcile(api: docker.APIClient, ledger: CacheLedger, now: datetime | None =
         log.info("image cache ledger reconciled", extra={"dropped": dropped,
                                                          "adopted": adopted})
     return dropped, adopted
+
+
+def adopt_tagged(api: docker.APIClient, ledger: CacheLedger, target: PullTarget,
+                 at: datetime | None = None) -> bool:
+    """Record ``target`` in the ledger if the engine holds it complete under envcheck's cache
+    tag (pulled by an envcheck whose ledger is not this one, or lost): a stage adopts such an
+    image of a repository it uses when it first uses it. Whether it did."""
+    attrs = _image_with(api, target)
+    tags = attrs.get("RepoTags") if attrs is not None else None
+    if attrs is None or not isinstance(tags, list) or ":".join(cache_tag(target)) not in tags:
+        return False
+    _adopt(ledger, target, attrs, at or datetime.now(UTC))
+    log.info("an image tagged as envcheck's adopted", extra={"image": target.reference})
+    return True
 
 
 def _image_with(api: docker.APIClient, target: PullTarget, image_id: str | None = None

@@ -45,7 +45,7 @@ from envcheck.registry.stats import RegistryStats
 from envcheck.registry.watch import TagWatcher, WatchSettings
 
 __all__ = ["CHECK_PREFETCH_BYTES", "RegistryImages", "RegistrySettings", "RegistryStage",
-           "catalogue_sources", "prefetch_bound"]
+           "catalogue_repositories", "catalogue_sources", "prefetch_bound"]
 
 log = logging.getLogger("envcheck.registry")
 ENGINE_TIMEOUT_S = 60.0  # each engine call of the stage; a pull has its own deadline
@@ -69,6 +69,13 @@ class RegistrySettings:
 # ``envcheck check``'s pipeline: its images are released as their probes end, so the whole
 # budget may be ahead (the bench's side A builds its stage with the same)
 CHECK_PREFETCH_BYTES = "100%"
+
+
+def catalogue_repositories(catalogue: Catalogue) -> frozenset[str]:
+    """The repositories of the images envcheck pulls for ``catalogue``, as a pull names them
+    (``docker.io/library/python``)."""
+    return frozenset(ImageReference.parse(env.image).name
+                     for env in catalogue.environments if env.pull == "watch")
 
 
 def catalogue_sources(registries: Iterable[CatalogueCredentials]) -> dict[str, CredentialSource]:
@@ -110,17 +117,25 @@ class RegistryImages:
     def open(cls, api: docker.APIClient, catalogue: Catalogue,
              settings: RegistrySettings) -> RegistryImages:
         """The stage over the engine behind ``api``, for ``catalogue``'s registries: its
-        ledger settled with the engine (a pull a killed process left half done is dropped)."""
-        fleet = cls.on_engine(api, settings, catalogue_sources(catalogue.registries))
+        ledger settled with the engine (a pull a killed process left half done is dropped),
+        adopting the images tagged as envcheck's of the repositories the catalogue names."""
+        named = catalogue_repositories(catalogue)
+        fleet = cls.on_engine(api, settings, catalogue_sources(catalogue.registries),
+                              adopt=lambda target: target.repository in named)
         fleet.follow(catalogue)
         return fleet
 
     @classmethod
     def on_engine(cls, api: docker.APIClient, settings: RegistrySettings,
-                  sources: Mapping[str, CredentialSource]) -> RegistryImages:
+                  sources: Mapping[str, CredentialSource], *,
+                  adopt: Callable[[PullTarget], bool] | None = None,
+                  stats: RegistryStats | None = None) -> RegistryImages:
         """The stage over the engine behind ``api`` with no catalogue (a Ray node's: the
         caller hands its credential sources and pins with each task): its ledger, the
-        engine's own (``ledger_path``), settled with the engine."""
+        engine's own (``ledger_path``), settled with the engine; the images tagged as
+        envcheck's but missing from it adopted when ``adopt`` says so (at start none; each
+        when a probe first uses it, ``LocalImages``); ``stats``: the counters to add to (a
+        node's process keeps one across the stages it opens)."""
         info: dict[str, Any] = api.info()
         platform = f"{info.get('OSType') or 'linux'}/{_architecture(info)}"
         backoff = RegistryBackoff()
@@ -130,10 +145,10 @@ class RegistryImages:
                                   certs_dir=settings.certs_dir)
         watcher = TagWatcher(watch, backoff=backoff)
         credentials = RegistryCredentials(sources, docker_config=settings.docker_config)
-        stats = RegistryStats()
+        stats = stats if stats is not None else RegistryStats()
         engine_id = str(info.get("ID") or "engine")
         ledger = SqliteLedger(ledger_path(settings.data_dir, engine_id), engine_id)
-        reconcile(api, ledger)
+        reconcile(api, ledger, adopt=adopt or (lambda _: False))
         budget = parse_budget(settings.image_cache) if settings.image_cache else None
         pins = _Pins()
         cache = ImageCache(api, ledger, budget, stats=stats, pinned=pins.get)
@@ -142,6 +157,7 @@ class RegistryImages:
         images = LocalImages(api, puller, cache, sizes=ManifestSizes(watcher, credentials),
                              prefetch_count=settings.prefetch_count,
                              prefetch_bytes=prefetch_bound(settings.prefetch_bytes, cache))
+        cache.measure()  # what earlier processes left in the cache, for the metrics
         fleet = cls(watcher, credentials, images, pull_deadline_s=settings.pull_deadline_s,
                     pins=pins)
         fleet.settings = settings

@@ -5,12 +5,13 @@ seconds spent pulling (0 when the engine already had it), composing the ledger, 
 the puller:
 
 1. the engine holds ``repository@digest`` complete: used as is (touched in the ledger when it
-   is envcheck's pull; someone else's image is used but never recorded or evicted);
+   is envcheck's pull; an image carrying envcheck's cache tag that this ledger lacks is
+   adopted now that this stage uses it; someone else's image is used but never recorded or
+   evicted);
 2. else its size is asked of the registry's manifest when ``sizes`` can tell: larger than the
-   whole budget is ``error image_cache_full`` before any byte moves; room is made for it
-   (``cache.make_room``) and the pull is an intent in the ledger;
-   (a probe's pull whose estimate does not fit goes ahead if its compressed bytes do: the
-   estimate counts layers the engine may hold already);
+   whole budget is ``error image_cache_full`` before any byte moves; room is reserved for it
+   (``room.PullRoom``, counting the pulls under way of every process sharing the engine) in
+   its intent in the ledger;
 3. it is pulled by digest to the deadline (``pull.Puller``); a disk that fills mid-pull makes
    room and tries once more, else ``image_cache_full``;
 4. the ledger records it, and the cache is brought back under its budget (never evicting the
@@ -18,7 +19,8 @@ the puller:
 
 ``prefetch(targets)`` pulls ahead of the probes that will need the images, bounded by how many
 and how many bytes are pulled and not yet used; an image the budget has no room for stops the
-prefetch (the probe's own ``ensure`` then says why).
+prefetch (the probe's own ``ensure`` then says why). An image pulled ahead is held in the
+ledger until its probe uses it, whichever process runs that probe (a Ray node's).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import docker
@@ -39,20 +41,18 @@ import docker.utils
 
 from envcheck.core.errors import EnvcheckError, RegistryFailed
 from envcheck.core.results import Reason
-from envcheck.registry.cache import ImageCache
+from envcheck.registry.cache import ImageCache, adopt_tagged
 from envcheck.registry.engine_failures import engine_calls
-from envcheck.registry.ledger import LedgerEntry
+from envcheck.registry.ledger import GIVEN_UP, LedgerEntry
 from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
+from envcheck.registry.room import EXPANSION, PullRoom, cache_full
 from envcheck.registry.usage import footprint
 
 __all__ = ["EXPANSION", "ImageSizes", "LocalImage", "LocalImages"]
 
 log = logging.getLogger("envcheck.registry.images")
 
-# A manifest gives its layers' compressed bytes; on the engine's disk they take about this
-# many times more (gzip on filesystem trees). Room is made for the estimate; the refusal of
-# an image larger than the whole budget uses the compressed bytes alone (a certain bound).
-EXPANSION = 2.0
+_FOREIGN_MAX = 4096
 
 
 class ImageSizes(Protocol):
@@ -68,6 +68,7 @@ class LocalImage:
     pull_seconds: float  # 0.0 when the engine already held it: apart from the probe's time
     pulled: bool
     downloaded: int = 0
+    ahead: bool = False  # pulled ahead for this probe, and held for it in the ledger
 
 
 class LocalImages:
@@ -92,10 +93,9 @@ class LocalImages:
         # a prefetched image no probe asked for within this long (its probe reused its
         # evidence, or the environment went) no longer counts as ahead, nor is kept for it
         self.prefetch_hold_s = prefetch_hold_s
-        # bytes made room for by pulls under way (their estimates): two pulls at once each
-        # make room for the other's too, so the cache never passes its budget between them
-        self._inflight: dict[PullTarget, int] = {}
-        self._room_lock = threading.Condition()  # notified when a pull under way ends
+        # the room each pull under way reserved (its estimate), in this process and in the
+        # others sharing the engine: two pulls at once never share one room
+        self.room = PullRoom(api, cache, keep=self._ahead_ids, give_up_ahead=self._drop_last_ahead)
         # told of every image made local (pulled or found), and whether by a prefetch
         self.listeners: list[Callable[[PullTarget, LocalImage, bool], None]] = []
         # the layers of each image on the engine (an image's layers never change): which
@@ -103,6 +103,8 @@ class LocalImages:
         self._image_layers: dict[str, tuple[str, ...]] = {}
         if sizes is not None and getattr(sizes, "local_layers", False) is None:
             sizes.local_layers = self.engine_layers  # type: ignore[attr-defined]
+        # images someone else pulled, found without envcheck's tag: not looked at again
+        self._foreign: OrderedDict[PullTarget, None] = OrderedDict()
         self._pool = ThreadPoolExecutor(max(prefetch_threads, 1),
                                         thread_name_prefix="envcheck-prefetch")
 
@@ -118,7 +120,7 @@ class LocalImages:
         self.cache.hold(target.repository, target.digest)
         with engine_calls(target.reference):
             local = self._ensure(target, deadline, touch=True)
-        if was_ahead and not local.pulled:
+        if (was_ahead or local.ahead) and not local.pulled:
             self.stats.prefetch_used()
         self._tell(target, local, False)
         return local
@@ -153,9 +155,29 @@ class LocalImages:
                 log.exception("an image listener failed")
 
     def _used(self, target: PullTarget, image_id: str, touch: bool) -> LocalImage:
-        if touch and self.cache.ledger.get(target.repository, target.digest) is not None:
-            self.cache.ledger.touch(target.repository, target.digest, datetime.now(UTC))
+        ledger = self.cache.ledger
+        entry = ledger.get(target.repository, target.digest)
+        if entry is not None:
+            if touch:  # a hold ends: its probe came (pulled ahead by this process or another)
+                ledger.touch(target.repository, target.digest, datetime.now(UTC))
+                held = entry.held_until is not None and entry.held_until != GIVEN_UP
+                return LocalImage(image_id, 0.0, False, ahead=held)
+        elif touch and not self._known_foreign(target):
+            # envcheck's tag on it but not in this ledger: adopted now that this stage uses
+            # it; an image someone else pulled is used, never recorded nor evicted
+            with self.cache.decisions():
+                if not adopt_tagged(self._api, ledger, target):
+                    self._known_foreign(target, remember=True)
         return LocalImage(image_id, 0.0, False)
+
+    def _known_foreign(self, target: PullTarget, *, remember: bool = False) -> bool:
+        """Whether ``target`` was found someone else's (``remember``: it was, just now)."""
+        with self._locks_guard:
+            if remember:
+                self._foreign[target] = None
+                while len(self._foreign) > _FOREIGN_MAX:
+                    self._foreign.popitem(last=False)
+            return target in self._foreign
 
     def _present(self, target: PullTarget) -> str | None:
         try:
@@ -175,14 +197,13 @@ class LocalImages:
         budget = self.cache.budget_bytes
         compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
         if compressed is not None and budget is not None and compressed > budget:
-            raise _cache_full(target, f"its layers alone take {compressed} bytes compressed, "
+            raise cache_full(target, f"its layers alone take {compressed} bytes compressed, "
                               f"more than the whole image cache ({budget} bytes)",
                               image_bytes=compressed, budget_bytes=budget)
         need = int(compressed * EXPANSION) if compressed is not None else 0
-        self._room(target, need, deadline, ahead=ahead)
+        self.room.reserve(target, need, deadline, ahead=ahead)  # the intent, with its room
         ledger = self.cache.ledger
         try:
-            ledger.begin(target.repository, target.digest, datetime.now(UTC))
             try:
                 pulled = self._pull_with_room(target, deadline, need)
             except BaseException:
@@ -197,56 +218,24 @@ class LocalImages:
             ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
                                       now, now))
         finally:
-            with self._room_lock:
-                self._inflight.pop(target, None)  # on the engine now, or not at all
-                self._room_lock.notify_all()
+            self.room.ended(target)
         if ahead:
             self.stats.prefetched()
-        self._trim(target, pulled, size)
+        self.room.trim(target, pulled.image_id, size)
         return LocalImage(pulled.image_id, pulled.seconds, True, pulled.downloaded)
-
-    def _room(self, target: PullTarget, need: int, deadline: float, *,
-              ahead: bool = False) -> None:
-        """Room for ``need`` bytes beside the pulls under way, reserved for this pull. A
-        probe's own pull that finds none waits for the pulls under way (within its
-        deadline: what they bring in makes older pulls evictable), then takes room from the
-        prefetched images no probe has used yet (the latest due first): a probe due now goes
-        before a prefetch. A prefetch that finds none gives up at once."""
-        budget = self.cache.budget_bytes
-        if budget is None:
-            return
-        with self._room_lock:  # one reservation at a time: two pulls never share one room
-            while True:
-                others = sum(self._inflight.values())
-                _, used = self.cache.room(need + others, keep_ids=self._ahead_ids())
-                if used + others + need <= budget or ahead:
-                    break
-                left = deadline - time.monotonic()
-                if others and left > 0:
-                    self._room_lock.wait(min(left, 5.0))
-                elif not self._drop_last_ahead():
-                    break
-            floor = int(need / EXPANSION)  # the compressed bytes: what it takes at least
-            if used + others + need > budget and (ahead or used + others + floor > budget):
-                raise _cache_full(target, f"the image cache holds {used} bytes of images in "
-                                  f"use, pinned or just used, {others} more are being pulled, "
-                                  f"and {need} more do not fit its {budget} bytes",
-                                  used_bytes=used, pulling_bytes=others, need_bytes=need,
-                                  budget_bytes=budget)
-            # a probe's pull whose estimate does not fit but whose compressed bytes do goes
-            # ahead (some of its layers may be on the engine already: a base): the cache is
-            # brought back under its budget once the pull shows what it took
-            self._inflight[target] = min(need, max(budget - used - others, 0))
 
     def _drop_last_ahead(self) -> bool:
         """The prefetched image due last no longer counts as ahead, and may be evicted at
-        once; False when none is left."""
+        once: this process's own first, else the ledger's latest hold (a prefetch of another
+        process sharing the engine); False when none is left."""
         with self._ahead_lock:
-            if not self._ahead:
-                return False
-            target, _ = self._ahead.popitem(last=True)
-            self._ahead_since.pop(target, None)
+            target = self._ahead.popitem(last=True)[0] if self._ahead else None
+            if target is not None:
+                self._ahead_since.pop(target, None)
+        if target is None:
+            return self.cache.ledger.unhold_latest(datetime.now(UTC))
         self.cache.release(target.repository, target.digest)
+        self.cache.ledger.hold(target.repository, target.digest, GIVEN_UP)
         return True
 
     def _pull_with_room(self, target: PullTarget, deadline: float, need: int) -> Pulled:
@@ -261,25 +250,6 @@ class LocalImages:
             if not evicted:
                 raise
             return self.puller.pull(target, deadline)
-
-    def _trim(self, target: PullTarget, pulled: Pulled, size: int) -> None:
-        """Back under the budget after the pull; an image that alone passes it is refused."""
-        budget = self.cache.budget_bytes
-        if budget is None:
-            return
-        with self._room_lock:
-            others = sum(self._inflight.values())
-        self.cache.make_room(others, keep_ids={pulled.image_id, *self._ahead_ids()})
-        if size <= budget:  # what it alone takes is at most its size: no look needed
-            return
-        alone = footprint(self._api, {pulled.image_id}, self.cache.layer_cache).usage()
-        if alone > budget:
-            entry = self.cache.ledger.get(target.repository, target.digest)
-            if entry is not None:
-                self.cache.evict(entry)
-            raise _cache_full(target, f"it takes {alone} bytes on the engine's disk, more than "
-                              f"the whole image cache ({budget} bytes); removed again",
-                              image_bytes=alone, budget_bytes=budget)
 
     # --- ahead of the probes -----------------------------------------------------------------
     def prefetch(self, targets: Iterable[PullTarget | tuple[str, str]]
@@ -347,8 +317,20 @@ class LocalImages:
             with self._ahead_lock:
                 if target in self._ahead:
                     self._ahead[target] = unique
+        if held and local.pulled:  # kept for its probe, whichever process runs it
+            until = datetime.now(UTC) + timedelta(seconds=self.prefetch_hold_s)
+            self.cache.ledger.hold(target.repository, target.digest, until)
         self._tell(target, local, True)
         return local
+
+    def handed_off(self, targets: Iterable[PullTarget]) -> None:
+        """``targets``, pulled ahead, are another's to count now (a Ray caller counts what it
+        sent ahead to a node): they no longer fill this process's prefetch bounds; the
+        ledger's hold keeps them for their probes."""
+        with self._ahead_lock:
+            for target in targets:
+                self._ahead.pop(target, None)
+                self._ahead_since.pop(target, None)
 
     def engine_layers(self) -> frozenset[str]:
         """The layers (uncompressed digests) of every image on the engine now."""
@@ -405,9 +387,3 @@ def _target(reference: str, digest: str | None) -> PullTarget:
     if carried and digest and carried != digest:
         raise ValueError(f"{reference!r} carries {carried}, not {digest}")
     return PullTarget(repository, chosen)
-
-
-def _cache_full(target: PullTarget, why: str, **details: object) -> RegistryFailed:
-    return RegistryFailed(f"{target.reference} does not fit the image cache: {why}",
-                          reason=Reason.IMAGE_CACHE_FULL, registry=target.registry,
-                          details={"reference": target.reference, **details})

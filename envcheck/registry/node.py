@@ -12,6 +12,11 @@ whatever the tag names when the node asks.
 
 Placement asks each node which of a few images its engine holds (:func:`held_references`:
 one image listing, whatever the count asked), and a node reports the image it ran on.
+
+What the node's stage did (pulls, evictions, the cache's bytes and budget) goes back to the
+caller with each task's outcome (:meth:`NodeStage.report`: the process's counters' growth
+since its last report), and the caller folds it into its own counters, which its ``/metrics``
+exports. One process's counters outlive the stages it opens (a changed spec opens another).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from envcheck.registry.credentials import CredentialSource
 from envcheck.registry.fleet import ENGINE_TIMEOUT_S, RegistryImages, RegistrySettings
 from envcheck.registry.reference import ImageReference, InvalidReference
 from envcheck.registry.state import WatchUpdate
+from envcheck.registry.stats import RegistryStats, StatsSnapshot
 
 __all__ = ["HandedLooks", "NodeImagesSpec", "NodeStage", "held_references", "image_key",
            "node_spec"]
@@ -51,11 +57,12 @@ class NodeImagesSpec:
     pins: frozenset[str] = frozenset()
     docker_config: str | None = None  # None: the node's own (DOCKER_CONFIG, ~/.docker)
     certs_dir: Path | None = None  # None: the node engine's own CA files
+    prefetch_count: int = 4  # images pulled ahead and not yet used, per process (--prefetch)
 
     def opened_as(self) -> tuple[Any, ...]:
         """What a node's stage is opened with (a change opens another one)."""
         return (self.image_cache, self.look_deadline_s, self.pull_deadline_s,
-                self.docker_config, self.certs_dir)
+                self.docker_config, self.certs_dir, self.prefetch_count)
 
 
 def node_spec(fleet: RegistryImages) -> NodeImagesSpec:
@@ -64,7 +71,7 @@ def node_spec(fleet: RegistryImages) -> NodeImagesSpec:
     return NodeImagesSpec(settings.image_cache, settings.look_deadline_s,
                           settings.pull_deadline_s,
                           tuple(sorted(fleet.credentials.sources.items())), fleet.pins,
-                          settings.docker_config, settings.certs_dir)
+                          settings.docker_config, settings.certs_dir, settings.prefetch_count)
 
 
 def image_key(env: Environment, digest: str | None) -> str | None:
@@ -133,6 +140,13 @@ class NodeStage:
         self._lock = threading.Lock()
         self._current: tuple[tuple[Any, ...], RegistryImages] | None = None
         self._api: docker.APIClient | None = None
+        self.stats = RegistryStats()  # this process's, across the stages it opens
+
+    def report(self) -> StatsSnapshot | None:
+        """What this process's stages did since the last report (None: no stage opened)."""
+        with self._lock:
+            opened = self._current is not None
+        return self.stats.delta() if opened else None
 
     def api(self) -> docker.APIClient:
         """The node's engine, as its environment names it (one client per process)."""
@@ -154,8 +168,11 @@ class NodeStage:
                 api = self._engine()
                 settings = RegistrySettings(data_dir(), spec.image_cache, spec.docker_config,
                                             spec.look_deadline_s, spec.pull_deadline_s,
-                                            spec.certs_dir)
-                stage = RegistryImages.on_engine(api, settings, dict(spec.sources))
+                                            spec.certs_dir, prefetch_count=spec.prefetch_count)
+                # no catalogue here: an image tagged as envcheck's is adopted when a task
+                # first uses it (its repository is then one the caller's catalogue names)
+                stage = RegistryImages.on_engine(api, settings, dict(spec.sources),
+                                                 stats=self.stats)
                 log.info("the node's image cache is open", extra={
                     "engine": stage.engine_id, "budget": spec.image_cache,
                     "data_dir": str(settings.data_dir)})

@@ -11,6 +11,10 @@ wait unused and their bytes stay under its prefetch bytes (a share of the cache'
 evicting only the least recently used of envcheck's own pulls that nothing uses, nothing
 pins, no probe was handed within the cache's minimum age, and no earlier prefetch holds for
 its probe. A fleet without watched images costs nothing here: no stage, no pass.
+
+Where the checks run on other hosts (Ray), the executor pulls ahead there
+(``executors.base.PullsAhead``: on the node each check will run on, through that node's
+registry stage), never into this process's engine, which runs no check.
 """
 
 from __future__ import annotations
@@ -30,16 +34,20 @@ __all__ = ["Prefetch"]
 log = logging.getLogger(__name__)
 
 Upcoming = Callable[[int], list[tuple[Environment, ProbeKind]]]
+Ahead = Callable[[RegistryImages, list[tuple[Environment, str]]], int]
 
 
 class Prefetch:
     """``upcoming(limit)``: at most ``limit`` next due (environment, kind), soonest first;
-    ``services()``: the probes' collaborators now (a reload swaps them)."""
+    ``services()``: the probes' collaborators now (a reload swaps them); ``ahead``: where
+    the images go (default: the registry stage's own prefetch, into this host's engine)."""
 
     def __init__(self, upcoming: Upcoming, services: Callable[[], Services | None],
-                 stopping: threading.Event, *, interval_s: float = 5.0) -> None:
+                 stopping: threading.Event, *, interval_s: float = 5.0,
+                 ahead: Ahead | None = None) -> None:
         self._upcoming = upcoming
         self._services = services
+        self._ahead = ahead
         self._stopping = stopping
         self.interval_s = interval_s
         self._wake = threading.Event()
@@ -93,7 +101,10 @@ class Prefetch:
             if len(pairs) >= window:
                 break
         self.passes += 1
-        started = registry.prefetch(pairs) if pairs else 0
+        if self._ahead is not None:  # elsewhere; a pass with nothing new still collects
+            started = self._ahead(registry, pairs)
+        else:
+            started = registry.prefetch(pairs) if pairs else 0
         self.started += started
         if started:
             log.info("pulling ahead of the probes", extra={"pulls": started,

@@ -61,7 +61,7 @@ from envcheck.catalogue.models import Catalogue, Environment
 from envcheck.core.errors import StoreError
 from envcheck.core.outages import StoreOutages
 from envcheck.core.results import ProbeKind
-from envcheck.executors.base import Executor
+from envcheck.executors.base import Executor, PullsAhead
 from envcheck.executors.cycle import Services
 from envcheck.schedule.assessment import Assessment, WindowOutcome
 from envcheck.schedule.budget import BudgetLimits
@@ -125,7 +125,9 @@ class ProbeScheduler:
         self._jobs = Jobs(self._ledger, self._due)
         # the images of the next due probes pulled ahead of their slots (pull: watch)
         self._prefetch = Prefetch(self._upcoming, lambda: self._workers.services,
-                                  self._stopping, interval_s=prefetch_interval_s)
+                                  self._stopping, interval_s=prefetch_interval_s,
+                                  ahead=executor.pull_ahead
+                                  if isinstance(executor, PullsAhead) else None)
         self._prefetch_horizon_s = prefetch_horizon_s
         # the windows and the catch-up, on one thread of their own
         self._aps = BackgroundScheduler(
