@@ -294,17 +294,18 @@ def rows_from_store(db: Path) -> dict[str, Any]:
 
 
 def merged(paths: list[Path]) -> dict[str, Any]:
+    """The rows of several results files and stores, an instance's parts merged (a run of
+    (a)/(b) and a run of (c) alone make one row)."""
     rows: dict[str, Any] = {}
     for path in paths:
-        if path.suffix == ".db":
-            for iid, row in rows_from_store(path).items():
-                old = rows.setdefault(iid, {})
-                wrong = {**old.get("wrong", {}), **row.get("wrong", {})}
-                old.update(row)
-                if wrong:
-                    old["wrong"] = wrong
-            continue
-        rows.update(json.loads(path.read_text(encoding="utf-8"))["rows"])
+        found = (rows_from_store(path) if path.suffix == ".db"
+                 else json.loads(path.read_text(encoding="utf-8"))["rows"])
+        for iid, row in found.items():
+            old = rows.setdefault(iid, {})
+            wrong = {**old.get("wrong", {}), **row.get("wrong", {})}
+            old.update(row)
+            if wrong:
+                old["wrong"] = wrong
     split = {i: r["split"] for i, r in rows.items()}
     return {"rows": rows, "summary": summarise(
         {i: r for i, r in rows.items() if "original" in r and "weak" in r}, split)}
