@@ -1,7 +1,8 @@
 """Benchmark: the wrong-fix controls on a development set of real SWE-bench-style tasks.
 
     .venv/bin/python bench/strength_devset.py build [--force] [ID ...]
-    .venv/bin/python bench/strength_devset.py run [--only ID ...] [--skip-wrong] [--json OUT]
+    .venv/bin/python bench/strength_devset.py run [--only ID ...] [--skip-wrong | --only-wrong]
+                                                  [--json OUT]
 
 ``bench/strength_devset/`` holds the set: ``records.jsonl`` (the public records, as published),
 ``sources.json`` (per instance: the PyPI release its image is built from, its test command,
@@ -16,10 +17,12 @@ into ``bench/out/strength_devset/`` and runs ``envcheck check -p tests`` on each
 time, with ``strength: {}`` (the defaults) on (a) the original records and (b) the weakened
 copies; then (c) verifies every wrong fix through ``envcheck check`` too, as a task whose gold
 patch it is: under the weakened test patch it must pass (``ok``), under the original one fail
-with ``oracle_does_not_fix``. Reported per instance and in total, for the calibration split,
-the held-out split and all: original records called weak (target 0), weakened called weak
-(target >= 80%), originals not measurable (target <= 1 in 6), seconds per task; and, per
-candidate ``min_score`` / ``min_competent``, what the same outcomes would have been called.
+with ``oracle_does_not_fix`` (``--only-wrong`` runs (c) alone: the wrong fixes checked in
+minutes, without the strength controls of (a) and (b)). Reported per instance and in total,
+for the calibration split, the held-out split and all: original records called weak (target
+0), weakened called weak (target >= 80%), originals not measurable (target <= 1 in 6), seconds
+per task; and, per candidate ``min_score`` / ``min_competent``, what the same outcomes would
+have been called.
 
 Exit status 0 whatever the numbers; 1 if the benchmark itself broke.
 """
@@ -193,12 +196,13 @@ def summarise(rows: dict[str, dict[str, Any]], split: dict[str, str]) -> dict[st
     return out
 
 
-def run(ids: list[str], with_wrong: bool) -> dict[str, Any]:
-    catalogue, parts = write_catalogue(ids, with_wrong)
+def run(ids: list[str], with_wrong: bool, only_wrong: bool = False) -> dict[str, Any]:
+    """(a) and (b) for each instance, then (c) if ``with_wrong``; (c) alone if ``only_wrong``."""
+    catalogue, parts = write_catalogue(ids, with_wrong or only_wrong)
     (OUT / "store.db").unlink(missing_ok=True)
     split = {i: sources()["instances"][i]["split"] for i in ids}
     rows: dict[str, dict[str, Any]] = {i: {"split": split[i]} for i in ids}
-    for part in ("original", "weak"):
+    for part in () if only_wrong else ("original", "weak"):
         for env, iid in zip(parts[part], ids, strict=True):
             result, seconds = check(catalogue, env)
             rows[iid][part] = strength_row(result, seconds)
@@ -207,7 +211,7 @@ def run(ids: list[str], with_wrong: bool) -> dict[str, Any]:
                   f"(killed {r['killed']}, confirmed {r['confirmed']}, apart "
                   f"{r['not_distinguished']}+{r['unclassified']}, of {r['generated']}) "
                   f"{r['seconds']} s", flush=True)
-    if with_wrong:
+    if with_wrong or only_wrong:
         for part, expect in (("wrong_weak", ("pass", "ok")),
                              ("wrong_orig", ("fail", "oracle_does_not_fix"))):
             for env in parts[part]:
@@ -229,17 +233,19 @@ def markdown(report: dict[str, Any]) -> str:
              "weakened: verdict, score (killed/confirmed, apart) | s/task | wrong fixes "
              "verified |", "|---|---|---|---|---|---|"]
     for iid, row in report["rows"].items():
-        if "original" not in row or "weak" not in row:
+        if not all(part in row for part in ("original", "weak")) and not row.get("wrong"):
             continue
         cells = []
         for part in ("original", "weak"):
-            r = row[part]
-            cells.append(f"{r['reason']}, {r['score']} ({r['killed']}/{r['confirmed']}, "
+            r = row.get(part)
+            cells.append("not run" if r is None else
+                         f"{r['reason']}, {r['score']} ({r['killed']}/{r['confirmed']}, "
                          f"{r['not_distinguished']}+{r['unclassified']})")
         wrong = row.get("wrong", {})
         ok = sum(w["verified"] for w in wrong.values())
-        secs = (row["original"]["seconds"] + row["weak"]["seconds"]) / 2
-        lines.append(f"| {iid} | {row['split']} | {cells[0]} | {cells[1]} | {secs:.0f} | "
+        secs = ("-" if "original" not in row or "weak" not in row else
+                f"{(row['original']['seconds'] + row['weak']['seconds']) / 2:.0f}")
+        lines.append(f"| {iid} | {row['split']} | {cells[0]} | {cells[1]} | {secs} | "
                      f"{ok} of {len(wrong)} runs |")
     lines += ["", "| split | instances | originals called weak | weakened called weak | "
               "originals not measurable | s/task |", "|---|---|---|---|---|---|"]
@@ -288,17 +294,18 @@ def rows_from_store(db: Path) -> dict[str, Any]:
 
 
 def merged(paths: list[Path]) -> dict[str, Any]:
+    """The rows of several results files and stores, an instance's parts merged (a run of
+    (a)/(b) and a run of (c) alone make one row)."""
     rows: dict[str, Any] = {}
     for path in paths:
-        if path.suffix == ".db":
-            for iid, row in rows_from_store(path).items():
-                old = rows.setdefault(iid, {})
-                wrong = {**old.get("wrong", {}), **row.get("wrong", {})}
-                old.update(row)
-                if wrong:
-                    old["wrong"] = wrong
-            continue
-        rows.update(json.loads(path.read_text(encoding="utf-8"))["rows"])
+        found = (rows_from_store(path) if path.suffix == ".db"
+                 else json.loads(path.read_text(encoding="utf-8"))["rows"])
+        for iid, row in found.items():
+            old = rows.setdefault(iid, {})
+            wrong = {**old.get("wrong", {}), **row.get("wrong", {})}
+            old.update(row)
+            if wrong:
+                old["wrong"] = wrong
     split = {i: r["split"] for i, r in rows.items()}
     return {"rows": rows, "summary": summarise(
         {i: r for i, r in rows.items() if "original" in r and "weak" in r}, split)}
@@ -312,7 +319,10 @@ def main() -> int:
     b.add_argument("ids", nargs="*")
     r = sub.add_parser("run")
     r.add_argument("--only", nargs="*", default=None)
-    r.add_argument("--skip-wrong", action="store_true")
+    which = r.add_mutually_exclusive_group()
+    which.add_argument("--skip-wrong", action="store_true", help="(a) and (b) only")
+    which.add_argument("--only-wrong", action="store_true",
+                       help="(c) only: each wrong fix under the weakened and the original test")
     r.add_argument("--json", type=Path, default=OUT / "results.json")
     m = sub.add_parser("report", help="merge results files and print the README's tables")
     m.add_argument("files", nargs="+", type=Path)
@@ -325,7 +335,7 @@ def main() -> int:
             print(markdown(merged(args.files)))
             return 0
         ids = args.only or list(sources()["instances"])
-        report = run(ids, with_wrong=not args.skip_wrong)
+        report = run(ids, with_wrong=not args.skip_wrong, only_wrong=args.only_wrong)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
         print(json.dumps(report["summary"], indent=1))
