@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.kinds.base import ProbeContext
+from envcheck.kinds.strength.behaviour import difference
 from envcheck.kinds.strength.diffs import Patch
-from envcheck.kinds.strength.infection import changed_functions, difference, targets
+from envcheck.kinds.strength.infection import changed_functions, targets
 from envcheck.kinds.strength.model import Mutant
 from envcheck.kinds.strength.played import Played, Survivor
 from envcheck.kinds.strength.recording import Recorded, recorded
