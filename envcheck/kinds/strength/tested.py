@@ -238,9 +238,9 @@ def _expression(block: Block, tree: _Tree, inputs: TestedInputs) -> list[Made]:
     suffix = 0
     while suffix < min(len(new), len(old)) - prefix and new[-1 - suffix] == old[-1 - suffix]:
         suffix += 1
+    if prefix + suffix == len(new):  # only removed: the expression around where it was
+        prefix, suffix = max(prefix - 1, 0), max(suffix - 1, 0)
     lo, hi = start + prefix, end - suffix
-    if lo == hi:  # only removed: the expression around where it was
-        lo, hi = max(lo - 1, start), min(hi + 1, end)
     middle = old[prefix:len(old) - suffix]
     if not block.removed and text[hi:hi + 1] == "\n":
         hi += 1  # lines only added: they go with their newline

@@ -48,8 +48,9 @@ def _tokens(line: str) -> list[tokenize.TokenInfo]:
 def _literals_of(line: str) -> list[tuple[str | None, Literal]]:
     """Each literal of ``line``, with the keyword it is passed as (``factor=-1``), if any."""
     found: list[tuple[str | None, Literal]] = []
-    tokens = [t for t in _tokens(line) if t.type not in (tokenize.NL, tokenize.NEWLINE,
-                                                          tokenize.COMMENT)]
+    tokens = [t for t in _tokens(line) if t.type not in (
+        tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER, tokenize.INDENT,
+        tokenize.DEDENT)]
     for i, token in enumerate(tokens):
         literal, first = None, i
         if token.type == tokenize.NAME and token.string in ("True", "False", "None"):

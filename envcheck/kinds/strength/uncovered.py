@@ -54,8 +54,8 @@ def uncovered_parts(gold: Patch, rewarded: Iterable[PartialPatch]
 
 
 def touched(diff: str) -> set[int] | None:
-    """The lines of the file before ``diff`` (one file's unified diff) it removes, and those
-    on either side of a line it inserts; None if it is not one."""
+    """The lines of the file before ``diff`` (one file's unified diff) it removes or replaces,
+    and those on either side of a line it inserts; None if it is not one."""
     try:
         patch = parse_patch(diff)
     except PatchError:
@@ -65,13 +65,18 @@ def touched(diff: str) -> set[int] | None:
     found: set[int] = set()
     for hunk in patch.files[0].hunks:
         old = hunk.old_start if hunk.old_len else hunk.old_start + 1
+        replacing = False  # the run of changes removed lines: what it adds replaces them
         for line in hunk.lines:
             if line == NO_NEWLINE:
                 continue
             if line.startswith("-"):
                 found.add(old)
+                replacing = True
             elif line.startswith("+"):
-                found.update({max(old - 1, 1), old})
+                if not replacing:
+                    found.update({max(old - 1, 1), old})
+            else:
+                replacing = False
             old += line[:1] in " -"
     return found or None
 
