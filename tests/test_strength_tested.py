@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from envcheck.kinds.strength import Generation, Mutant, Operator, patch_mutants
+from envcheck.kinds.strength.tested import LITERALS, PARAMETERS
 from envcheck.kinds.strength.testinputs import Literal
 from envcheck.kinds.strength.testinputs import test_literals as literals_of
-from envcheck.kinds.strength.tested import LITERALS, PARAMETERS
 from tests.gitrepo import GitRepo
 from tests.test_strength_mutants import applied_text, edits, gold_of
 
