@@ -19,8 +19,9 @@ mutants told apart from the fix (killed or confirmed), with no control played at
 survivors that could not be classified would decide it, the score is **not measurable**: a
 degraded pass of its own, ``strength_not_measurable``, whether strength is required or not (a
 task is not failed for what envcheck could not measure). Partial patches are reported beside
-the score, not in it (a hunk left out may be a refactor). Outcomes the time budget cut short, or played under other rules
-(:data:`RULES`: the operator set and the survivor classification), are never reused.
+the score, not in it (a hunk left out may be a refactor). Outcomes the time budget cut short,
+or played under other rules (:data:`RULES`: the operator set and the survivor
+classification), are never reused.
 """
 
 from __future__ import annotations
