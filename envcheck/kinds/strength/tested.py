@@ -177,7 +177,7 @@ def tested_variants(fp: FilePatch, source: PythonSource, base: str,
             if list(block.added) != tree.lines[at:at + count] or any(
                     '"""' in line or "'''" in line for line in (*block.added, *block.removed)):
                 continue  # not what the patch says; a string over lines would change
-            whole = after.whole(block.new_start, count) and before.whole(
+            whole = after.siblings(block.new_start, count) and before.siblings(
                 block.old_start, len(block.removed))
             made = _statements(block, tree, inputs) if whole else _expression(
                 block, tree, inputs)
