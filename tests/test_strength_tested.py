@@ -133,6 +133,20 @@ def test_where_it_stays_away(tmp_path: Path) -> None:
     assert not edits(gen, TESTED), edits(gen, TESTED)
 
 
+def test_a_block_that_is_part_of_a_statement_is_not_moved(tmp_path: Path) -> None:
+    """An ``if`` and its body changed with its ``elif`` kept, a loop's head and first lines
+    changed with the rest of its body kept: moved under a new ``if``, either would cut the
+    statement (and not compile)."""
+    base = ("def g(a, b):\n    if a > b:\n        x = 1\n    elif b:\n        x = 2\n"
+            "    for i in a:\n        y = i\n        z = y\n        x += z\n    return x\n")
+    post = ("def g(a, b):\n    if a >= b:\n        x = 10\n    elif b:\n        x = 2\n"
+            "    for i in b:\n        y = i * 2\n        z = y\n        x += z\n    return x\n")
+    gen = generated(tmp_path, base, post, new_test("assert g(3, [1]) == 2"))
+    assert not any(op is TESTED for op, _ in gen.rejected), gen.rejected
+    for m in gen.mutants:
+        compile(applied_text(m, "m.py", post), "m.py", "exec")
+
+
 def test_no_test_patch_no_mutant_and_said(tmp_path: Path) -> None:
     gen = generated(tmp_path, BASE, POST, None)
     assert not edits(gen, TESTED)
