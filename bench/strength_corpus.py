@@ -8,7 +8,10 @@ tree is read). From each, the ``--commits`` most recent non-merge commits whose 
 fix or bug, that have a parent and add 1 to ``--max-added`` lines to non-test ``.py`` files.
 Each commit stands for a task's gold patch: its diff against the parent, test files and binary
 files left out (as SWE-bench's gold patches leave the tests to the test patch), and each
-changed file's text at the commit as the post-image the probe reads from its container.
+changed file's text at the commit as the post-image the probe reads from its container. The
+commit's changes to test ``.py`` files are its test patch (as SWE-bench builds one), whose
+literals the ``tested_input_only`` operator takes; a commit that changes no test file has
+none, so no mutant of that operator (``--no-test-patch``: none for any task).
 
 For each: the mutants at the probe's cap (``--cap``, seeded by the commit, timed), then every
 mutant (no cap, timed), each of which is checked with ``git apply --cached --check`` against
@@ -46,7 +49,7 @@ from envcheck.kinds.strength import (
     patch_mutants,
 )
 from envcheck.kinds.strength.diffs import parse_patch, preimage
-from envcheck.kinds.strength.model import PYTHON_OPERATORS
+from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
 from envcheck.kinds.strength.paths import is_test_path
 
 GIT_TIMEOUT = 120
@@ -88,6 +91,17 @@ def gold_files(git: Git, sha: str, max_added: int) -> list[str] | None:
     return files if 1 <= added <= max_added else None
 
 
+def test_patch(git: Git, sha: str) -> str | None:
+    """The commit's changes to test ``.py`` files, as a test patch; None if it has none."""
+    paths = [row.split("\t", 2)[2] for row in git.text(
+        "diff", "--numstat", "--no-renames", f"{sha}^", sha).splitlines()
+        if row.split("\t", 2)[2].endswith(".py") and is_test_path(row.split("\t", 2)[2])]
+    if not paths:
+        return None
+    return git.text("diff", "--no-renames", "--no-color", "--no-ext-diff", f"{sha}^", sha,
+                    "--", *paths) or None
+
+
 def fix_commits(git: Git, count: int, max_added: int) -> tuple[list[tuple[str, list[str]]], int]:
     """Up to ``count`` (commit, files) pairs, newest first; and how many commits were read."""
     found, read = [], 0
@@ -106,7 +120,8 @@ def fix_commits(git: Git, count: int, max_added: int) -> tuple[list[tuple[str, l
     return found, read
 
 
-def measure(git: Git, sha: str, files: list[str], cap: int) -> dict[str, Any]:
+def measure(git: Git, sha: str, files: list[str], cap: int, tests: bool = True
+            ) -> dict[str, Any]:
     gold = git.text("diff", "--no-renames", "--no-color", "--no-ext-diff", f"{sha}^", sha,
                     "--", *files)
     patch = parse_patch(gold)
@@ -115,11 +130,12 @@ def measure(git: Git, sha: str, files: list[str], cap: int) -> dict[str, Any]:
     mismatched = sum(1 for fp in patch.files if fp.old_path and fp.new_path in posts
                      and preimage(fp, posts[fp.new_path]) != git.text(
                          "show", f"{sha}^:{fp.old_path}"))
+    tested = test_patch(git, sha) if tests else None
     started = time.perf_counter()
-    capped = patch_mutants(gold, posts, sha, cap=cap)
+    capped = patch_mutants(gold, posts, sha, cap=cap, test_patch=tested)
     capped_ms = (time.perf_counter() - started) * 1000
     started = time.perf_counter()
-    full = patch_mutants(gold, posts, sha, cap=None)
+    full = patch_mutants(gold, posts, sha, cap=None, test_patch=tested)
     full_ms = (time.perf_counter() - started) * 1000
     partials = partial_patches(gold, sha, post_images=posts)
     git("read-tree", f"{sha}^")
@@ -138,6 +154,8 @@ def measure(git: Git, sha: str, files: list[str], cap: int) -> dict[str, Any]:
         "rejected": {f"{op}|{why.name}": n for (op, why), n in full.rejected.items()},
         "unapplied": dict(unapplied),
         "emitted": dict(Counter(str(m.operator) for m in full.mutants)),
+        "test_patch": tested is not None, "notes": list(full.notes),
+        "capped_tested": sum(m.operator is Operator.TESTED_INPUT_ONLY for m in capped.mutants),
         "partials": len(partials),
         "partials_unapplied": sum(not git.applies(p.patch) for p in partials),
         # the check itself checked: the gold applies, a gold with one context line changed not
@@ -200,6 +218,16 @@ def report(repos: dict[str, dict[str, Any]], cap: int) -> None:
           f"zero {sum(t['capped'] == 0 for t in tasks) / len(tasks):.0%}; "
           f"capped {sum(t['mutants'] > cap for t in tasks)}")
     print(f"mutants per task, no cap: {spread([t['mutants'] for t in tasks])}")
+    with_tests = [t for t in tasks if t.get("test_patch")]
+    special = str(Operator.TESTED_INPUT_ONLY)
+
+    def noted(words: str) -> int:
+        return sum(any(words in n for n in t.get("notes", ())) for t in tasks)
+
+    print(f"tasks with a test patch: {len(with_tests)} of {len(tasks)}; with a "
+          f"{special} mutant: {sum(t['emitted'].get(special, 0) > 0 for t in tasks)} (in the "
+          f"capped sample: {sum(t.get('capped_tested', 0) > 0 for t in tasks)}); none for want "
+          f"of a test patch: {noted('no test patch')}, of a literal in it: {noted('hold no')}")
     print(f"partial patches per task: {spread([t['partials'] for t in tasks])}; "
           f"not applying {sum(t['partials_unapplied'] for t in tasks)} of "
           f"{sum(t['partials'] for t in tasks)}")
@@ -226,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=DEFAULT_CAP)
     parser.add_argument("--max-added", type=int, default=100)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-test-patch", action="store_true",
+                        help="no test patch for any task (no tested_input_only mutant)")
     args = parser.parse_args(argv)
     repos: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="strength-bench-") as scratch:
@@ -237,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 print(f"strength_corpus: {gitdir}: {exc}", file=sys.stderr)
                 return 1
-            tasks = [measure(git, sha, files, args.cap) for sha, files in commits]
+            tasks = [measure(git, sha, files, args.cap, not args.no_test_patch)
+                     for sha, files in commits]
             head = git.text("rev-parse", "HEAD").strip()
             repos[name] = {"read": read, "head": head, "tasks": tasks}
             print(f"{name}: {len(tasks)} tasks from {read} commits (HEAD {head[:12]})",

@@ -150,6 +150,7 @@ def strength_row(result: dict[str, Any], seconds: float) -> dict[str, Any]:
             "score": info.get("score"), "killed": counts.get("killed", 0)
             + counts.get("killed_p2p", 0), "confirmed": counts.get("confirmed", 0),
             "not_distinguished": counts.get("not_distinguished", 0),
+            "uncovered_hunk": counts.get("uncovered_hunk", 0),
             "unclassified": counts.get("unclassified", 0),
             "incompetent": counts.get("incompetent", 0),
             "generated": info.get("generated", {}).get("mutants"),
@@ -209,7 +210,8 @@ def run(ids: list[str], with_wrong: bool, only_wrong: bool = False) -> dict[str,
             r = rows[iid][part]
             print(f"{env:40} {r['status']}/{r['reason']:24} score {r['score']} "
                   f"(killed {r['killed']}, confirmed {r['confirmed']}, apart "
-                  f"{r['not_distinguished']}+{r['unclassified']}, of {r['generated']}) "
+                  f"{r['not_distinguished']}+{r.get('uncovered_hunk', 0)}+{r['unclassified']}, "
+                  f"of {r['generated']}) "
                   f"{r['seconds']} s", flush=True)
     if with_wrong or only_wrong:
         for part, expect in (("wrong_weak", ("pass", "ok")),
@@ -240,7 +242,8 @@ def markdown(report: dict[str, Any]) -> str:
             r = row.get(part)
             cells.append("not run" if r is None else
                          f"{r['reason']}, {r['score']} ({r['killed']}/{r['confirmed']}, "
-                         f"{r['not_distinguished']}+{r['unclassified']})")
+                         f"{r['not_distinguished']}+{r.get('uncovered_hunk', 0)}+"
+                         f"{r['unclassified']})")
         wrong = row.get("wrong", {})
         ok = sum(w["verified"] for w in wrong.values())
         secs = ("-" if "original" not in row or "weak" not in row else

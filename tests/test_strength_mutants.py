@@ -210,9 +210,10 @@ def test_every_mutant_compiles_and_is_unique(tmp_path: Path) -> None:
         compile(text, "m.py", "exec")
         meanings.add(text)
     assert len(meanings) == len(gen.mutants)
-    # every operator but the partial reverts, which need lines the patch removed
+    # every operator but the partial reverts, which need lines the patch removed, and the fix
+    # kept for the tested input, which needs a test patch and a change inside a function
     assert {m.operator for m in gen.mutants} == set(PYTHON_OPERATORS) - {
-        Operator.PARTIAL_REVERT}
+        Operator.PARTIAL_REVERT, Operator.TESTED_INPUT_ONLY}
 
 
 def applied_text(m: Mutant, path: str, post: str) -> str:

@@ -22,9 +22,10 @@ from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.executors.cycle import new_run_id
 from envcheck.kinds.adversarial.ledger import ControlsLedger, RecordedEvidence
 from envcheck.kinds.base import ProbeContext, Verdict
+from envcheck.kinds.strength.behaviour import difference
 from envcheck.kinds.strength.controls import with_strength_controls
 from envcheck.kinds.strength.diffs import parse_patch
-from envcheck.kinds.strength.infection import difference, targets
+from envcheck.kinds.strength.infection import targets
 from envcheck.kinds.strength.recording import recorded
 from envcheck.kinds.strength.survivors import classify, functions_changed
 from envcheck.kinds.strength.verdict import RULES, Outcome, Played, Survivor
@@ -100,10 +101,13 @@ def new_file(path: str, text: str) -> str:
             f"+++ b/{path}\n@@ -0,0 +1,{text.count(chr(10))} @@\n{added}")
 
 
-def shapes_task(env: Environment, code: str, test: str, **strength: Any) -> Environment:
+def shapes_task(env: Environment, code: str, test: str, path: str = SHAPES,
+                gold: str | None = None, **strength: Any) -> Environment:
+    """``code`` a new module at ``path`` (or the patch ``gold``), ``test`` the fail-to-pass
+    test."""
     assert env.tests is not None
     spec = env.tests.model_copy(update={
-        "oracle": Oracle(patch=new_file(SHAPES, code)),
+        "oracle": Oracle(patch=gold or new_file(path, code)),
         "test_patch": new_file("tests/test_shapes.py", test),
         "fail_to_pass": ["tests/test_shapes.py::test_shapes"], "pass_to_pass": [],
         "strength": Strength(**strength) if strength else env.tests.strength})

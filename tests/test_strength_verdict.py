@@ -41,11 +41,11 @@ def mutant(outcome: Outcome, n: int = 0, op: str = "comparison_flip",
 
 K, KP, S, INC, TO = (Outcome.KILLED, Outcome.KILLED_P2P, Outcome.SURVIVED, Outcome.INCOMPETENT,
                      Outcome.TIMEOUT)
-ND, UN = "not_distinguished", "unclassified"  # survivors of those classes
+ND, UN, UC = "not_distinguished", "unclassified", "uncovered_hunk"  # survivors of those classes
 
 
 def outcome(*outcomes: Outcome | str, **kw: Any) -> StrengthOutcome:
-    played = [mutant(S, i, survivor=Survivor(o)) if isinstance(o, str) and o in (ND, UN)
+    played = [mutant(S, i, survivor=Survivor(o)) if isinstance(o, str) and o in (ND, UN, UC)
               else mutant(Outcome(o), i) for i, o in enumerate(outcomes)]
     found = StrengthOutcome(played, **kw)
     found.generated = {"seed": SEED, "cap": PLAN.mutants, "partial": PLAN.partial,
@@ -78,10 +78,11 @@ def test_a_score_below_min_score_is_a_degraded_pass_naming_confirmed_survivors()
     info = verdict.details["strength"]
     assert info["counts"] == {"killed": 1, "killed_p2p": 0, "survived": 3, "incompetent": 1,
                               "timeout": 0, "confirmed": 2, "not_distinguished": 1,
-                              "unclassified": 0}
+                              "uncovered_hunk": 0, "unclassified": 0}
     assert info["per_operator"] == {"comparison_flip": {
         "generated": 5, "same_program": 0, "not_compiling": 0, "incompetent": 1, "timeout": 0,
-        "killed": 1, "confirmed": 2, "not_distinguished": 1, "unclassified": 0}}
+        "killed": 1, "confirmed": 2, "not_distinguished": 1, "uncovered_hunk": 0,
+        "unclassified": 0}}
     assert [s["description"] for s in info["survivors"]] == ["change 1", "change 2"]
     assert [(s["description"], s["class"], s["class_why"]) for s in info["survivors_apart"]] \
         == [("change 4", "not_distinguished", "why 4")]
@@ -106,6 +107,22 @@ def test_the_false_weak_of_issue_36_survivors_not_distinguished_leave_it_strong(
         "2 runs agree; wrong-fix controls: 8 generated: 6 of 6 mutant(s) told apart from the "
         "fix killed (score 1.00) (2 survivor(s) not distinguished from the fix on the tests' "
         "inputs)")
+
+
+def test_survivors_in_a_hunk_the_tests_pass_without_are_apart_and_out_of_the_score() -> None:
+    """sympy-23117's false weak: survivors in a hunk whose partial patch the tests reward tell
+    about the record, not the assertions."""
+    verdict = judge(PASSED, outcome(K, K, K, UC, UC, UC), PLAN)
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.OK), verdict.summary
+    assert verdict.summary.endswith("3 of 3 mutant(s) told apart from the fix killed (score "
+                                    "1.00) (3 survivor(s) in a hunk the tests pass without)")
+    info = verdict.details["strength"]
+    assert info["counts"]["uncovered_hunk"] == 3 and info["counts"]["confirmed"] == 0
+    assert info["per_operator"]["comparison_flip"]["uncovered_hunk"] == 3
+    assert [s["class"] for s in info["survivors_apart"]] == [UC] * 3
+    stored = stored_outcome(info, SEED, PLAN.mutants, PLAN.partial)
+    assert stored is not None and stored.survivors(Survivor.UNCOVERED) == [
+        m for m in stored.mutants if m.outcome is S]
 
 
 def test_too_few_told_apart_is_a_degraded_pass_of_its_own_required_or_not() -> None:

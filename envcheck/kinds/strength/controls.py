@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 from envcheck.catalogue.probe_specs import Strength, TestSpec
 from envcheck.core.results import ProbeKind, Status
@@ -22,12 +23,13 @@ from envcheck.kinds.adversarial.ledger import ControlsLedger
 from envcheck.kinds.base import ProbeContext, Verdict
 from envcheck.kinds.strength.diffs import PatchError, parse_patch
 from envcheck.kinds.strength.gold import patch_mutants
-from envcheck.kinds.strength.model import Mutant, Skipped
+from envcheck.kinds.strength.model import Mutant, PartialPatch, Skipped
 from envcheck.kinds.strength.outputs_play import output_target, play_outputs
 from envcheck.kinds.strength.partial import partial_patches
 from envcheck.kinds.strength.play import mutable_files, post_images, readable, trial
 from envcheck.kinds.strength.sampling import Generation
-from envcheck.kinds.strength.survivors import classify
+from envcheck.kinds.strength.survivors import Classified, classify
+from envcheck.kinds.strength.uncovered import uncovered_by, uncovered_parts
 from envcheck.kinds.strength.verdict import (
     DETAIL_KEY,
     OUTPUTS,
@@ -36,6 +38,7 @@ from envcheck.kinds.strength.verdict import (
     Outcome,
     Played,
     StrengthOutcome,
+    Survivor,
     judge,
     stored_outcome,
 )
@@ -61,7 +64,8 @@ def _generated(gen: Generation[Mutant], seed: str, plan: Strength,
             "rules": RULES, "mutants": len(gen.mutants),
             "sites": {str(k): v for k, v in gen.sites.items()},
             "tried": {str(k): v for k, v in gen.tried.items()}, "rejected": dict(rejected),
-            "skipped": [{"file": s.file, "why": s.why} for s in skipped]}
+            "skipped": [{"file": s.file, "why": s.why} for s in skipped],
+            "notes": list(gen.notes)}
 
 
 def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> StrengthOutcome:
@@ -84,7 +88,8 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
         outcome.seconds = time.monotonic() - started
         return outcome
     try:
-        gen = patch_mutants(gold, images.texts, seed, cap=plan.mutants)
+        gen = patch_mutants(gold, images.texts, seed, cap=plan.mutants,
+                            test_patch=spec.test_patch)
         partials = partial_patches(gold, seed, post_images=images.texts) if plan.partial else ()
     except PatchError as exc:
         outcome.not_played = readable(exc)
@@ -93,37 +98,53 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
     if not gen.mutants and not partials:
         outcome.not_played = ("no mutant could be made of the gold patch's added lines (no "
                               "Python line to mutate) and no partial patch")
-    todo: list[tuple[Mutant | None, str, str, int | None, str | None, str, str]] = [
-        (m, m.description, m.file, m.line, str(m.operator), m.diff, m.patch)
-        for m in gen.mutants] + [(None, p.description, p.file, None, None, "", p.patch)
-                                 for p in partials]
+    todo: list[Mutant | PartialPatch] = [*gen.mutants, *partials]
     survivors: list[tuple[Played, Mutant]] = []
-    for i, (mutant, description, file, line, operator, diff, patch) in enumerate(todo):
+    rewarded: list[PartialPatch] = []
+    for i, control in enumerate(todo):
         if deadline.expired():
-            outcome.unplayed = [d for _, d, *_ in todo[i:]]
+            outcome.unplayed = [c.description for c in todo[i:]]
             break
-        kind = "mutant" if operator is not None else "partial patch"
-        done = trial(ctx, spec, patch, f"{kind} {i + 1}: {description}")
+        mutant = control if isinstance(control, Mutant) else None
+        kind = "mutant" if mutant is not None else "partial patch"
+        done = trial(ctx, spec, control.patch, f"{kind} {i + 1}: {control.description}")
         outcome.runs += done.runs
-        played = Played(description, done.outcome, done.detail, file, line, operator,
-                        diff, done.evidence)
-        (outcome.mutants if operator is not None else outcome.partials).append(played)
-        if mutant is not None and done.outcome is Outcome.SURVIVED:
-            survivors.append((played, mutant))
+        played = Played(control.description, done.outcome, done.detail, control.file,
+                        mutant.line if mutant else None, str(mutant.operator) if mutant
+                        else None, mutant.diff if mutant else "", done.evidence)
+        (outcome.mutants if mutant is not None else outcome.partials).append(played)
+        if done.outcome is Outcome.SURVIVED:
+            if mutant is not None:
+                survivors.append((played, mutant))
+            elif isinstance(control, PartialPatch):
+                rewarded.append(control)
     if survivors:
-        _classified(ctx, spec, outcome, survivors, images.texts, deadline)
+        _classified(ctx, spec, outcome, survivors, images.texts, deadline, rewarded)
     outcome.seconds = time.monotonic() - started
     return outcome
 
 
 def _classified(ctx: ProbeContext, spec: TestSpec, outcome: StrengthOutcome,
                 survivors: list[tuple[Played, Mutant]], texts: dict[str, str],
-                deadline: Deadline) -> None:
-    """The survivors in ``outcome`` replaced by themselves classified (:mod:`.survivors`)."""
+                deadline: Deadline, rewarded: list[PartialPatch]) -> None:
+    """The survivors in ``outcome`` replaced by themselves classified: those in a part of the
+    fix a rewarded partial patch left out (:mod:`.uncovered`) apart, the others by infection
+    (:mod:`.survivors`)."""
     assert spec.oracle is not None and spec.oracle.patch is not None
-    done = classify(ctx, spec, parse_patch(spec.oracle.patch), texts, survivors, deadline)
-    classes = {id(played): found for (played, _), found in zip(survivors, done.survivors,
-                                                                strict=True)}
+    gold = parse_patch(spec.oracle.patch)
+    parts = uncovered_parts(gold, rewarded)
+    classes: dict[int, Played] = {}
+    recorded: list[tuple[Played, Mutant]] = []
+    for played, mutant in survivors:
+        left_out = uncovered_by(mutant.file, mutant.diff, parts)
+        if left_out is None:
+            recorded.append((played, mutant))
+        else:
+            classes[id(played)] = replace(played, survivor=Survivor.UNCOVERED, why=(
+                f"in a part of the fix the tests pass without: {left_out} is rewarded"))
+    done = classify(ctx, spec, gold, texts, recorded, deadline) if recorded else Classified([])
+    classes.update({id(played): found for (played, _), found in zip(recorded, done.survivors,
+                                                                     strict=True)})
     outcome.mutants = [classes.get(id(m), m) for m in outcome.mutants]
     outcome.runs += done.runs
     outcome.cut_short = done.cut_short

@@ -21,11 +21,13 @@ from envcheck.kinds.strength.diffs import (
     preimage,
     unified_section,
 )
-from envcheck.kinds.strength.model import Mutant, Skipped
+from envcheck.kinds.strength.model import Mutant, Operator, Skipped
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
 from envcheck.kinds.strength.pysource import PythonSource
 from envcheck.kinds.strength.reverts import revert_variants
 from envcheck.kinds.strength.sampling import Generation, Rejection, Variant, take
+from envcheck.kinds.strength.tested import tested_variants
+from envcheck.kinds.strength.testinputs import test_literals
 
 __all__ = ["DEFAULT_CAP", "patch_mutants"]
 
@@ -70,18 +72,26 @@ def _prepare(patch: Patch, post_images: Mapping[str, str],
 
 def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
                   cap: int | None = DEFAULT_CAP,
-                  base_images: Mapping[str, str] | None = None) -> Generation[Mutant]:
+                  base_images: Mapping[str, str] | None = None,
+                  test_patch: str | None = None) -> Generation[Mutant]:
     """Up to ``cap`` mutants (None: every one) of the non-test Python files ``gold``
     changes, on the lines it adds, sampled by ``seed``. ``post_images`` maps a path (as the
     patch names it after the change) to its text after the patch; ``base_images``, if
-    given, to its text before. :class:`~envcheck.kinds.strength.diffs.PatchError` if
-    ``gold`` is not a unified diff."""
+    given, to its text before; ``test_patch``, the task's test patch, whose literals the fix
+    kept only for the tested input uses (none without it: said in the notes).
+    :class:`~envcheck.kinds.strength.diffs.PatchError` if ``gold`` is not a unified diff."""
     patch = parse_patch(gold)
     files, skipped = _prepare(patch, post_images, base_images or {})
+    literals = test_literals(test_patch)
+    notes = [] if literals else [
+        f"no {Operator.TESTED_INPUT_ONLY} mutant: " + (
+            "no test patch to take the tested inputs from" if not test_patch else
+            "the test patch's added lines hold no int, string, boolean or None")]
     variants: list[Variant] = []
     for file in files.values():
         variants.extend(file.source.variants(file.fp.added_lines()))
         variants.extend(revert_variants(file.fp, file.source, file.base))
+        variants.extend(tested_variants(file.fp, file.source, file.base, literals))
 
     def accept(variant: Variant, text: str) -> Rejection | Mutant:
         file = files[variant.file]
@@ -96,4 +106,4 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
         return Mutant(variant.operator, variant.file, variant.line, variant.description, diff,
                       patch.render(sections), text)
 
-    return take(variants, seed, cap, accept, skipped)
+    return take(variants, seed, cap, accept, skipped, notes)

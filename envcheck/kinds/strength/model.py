@@ -27,6 +27,7 @@ class Family(StrEnum):
     EXIT = "exit"
     EXCEPTION = "exception"
     REVERT = "revert"
+    SPECIAL_CASE = "special_case"  # the fix kept for the tested input only (tested)
     NUMBER = "number"  # the output operators' families from here
     RECORD = "record"
     TRUNCATION = "truncation"
@@ -54,6 +55,7 @@ class Operator(StrEnum):
     EXCEPTION_SWALLOWED = "exception_swallowed"  # try/except Exception: pass; except X broadened
     LOOP_EXIT_SWAPPED = "loop_exit_swapped"  # continue / break / return None swapped
     PARTIAL_REVERT = "partial_revert"  # one changed line or change block put back as before
+    TESTED_INPUT_ONLY = "tested_input_only"  # the fix only if a parameter is a tested literal
     NUMBER_CHANGED = "number_changed"  # outputs: one number + 1
     LINE_DROPPED = "line_dropped"  # outputs: one line of a text file
     RECORD_DROPPED = "record_dropped"  # outputs: one CSV row, one JSON element or member
@@ -85,6 +87,7 @@ _FAMILIES = {
     Operator.EXCEPTION_SWALLOWED: Family.EXCEPTION,
     Operator.LOOP_EXIT_SWAPPED: Family.EXIT,
     Operator.PARTIAL_REVERT: Family.REVERT,
+    Operator.TESTED_INPUT_ONLY: Family.SPECIAL_CASE,
     Operator.NUMBER_CHANGED: Family.NUMBER,
     Operator.LINE_DROPPED: Family.RECORD,
     Operator.RECORD_DROPPED: Family.RECORD,

@@ -9,7 +9,9 @@ disease?", FSE 2015; Xiong et al., "Identifying patch correctness in test-based 
 repair", ICSE 2018; Wang et al., "Are 'Solved Issues' in SWE-bench Really Solved
 Correctly?", ICSE 2026): the guard or branch deleted, the early exit, the hard-wired
 condition, the call's result dropped, the exception swallowed, the loop left the wrong way,
-part of the fix left out.
+part of the fix left out, the fix applied only to the input the test uses (the overfitting
+that special-cases the test's example; Xin and Reiss, "Identifying test-suite-overfitted
+patches through test case generation", ISSTA 2017).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
 
 __all__ = ["OPERATORS_VERSION", "OPERATOR_DOCS"]
 
-OPERATORS_VERSION = "3"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
-# 3: a module whose docstring precedes a ``__future__`` import is compared by its bytecode
+OPERATORS_VERSION = "4"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
+# 3: a module whose docstring precedes a ``__future__`` import is compared by its bytecode;
+# 4: the fix kept only for the tested input (the test patch's literals reach the generator)
 
 OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
     Operator.COMPARISON_FLIP: (
@@ -77,6 +80,14 @@ OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
         "one change block of a hunk holding several put back as before the fix, or one line "
         "of a block of edited lines put back as it was",
         "part of the fix left out: one of several edits made"),
+    Operator.TESTED_INPUT_ONLY: (
+        "a change block of the fix kept only when a parameter of the function around it "
+        "equals a literal of the test patch's added lines (`if p == 1:` the new code `else:` "
+        "the old; inside a statement, `(new if p == 1 else old)`), the code before the fix "
+        "otherwise",
+        "the fix applied only to the tested input: only a factor of -1, only `text=False`, "
+        "only the int 1 (the special case that makes the test's example pass and leaves "
+        "every other input broken)"),
 }
 
 assert set(OPERATOR_DOCS) == set(PYTHON_OPERATORS)

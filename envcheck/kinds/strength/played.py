@@ -37,6 +37,7 @@ class Outcome(StrEnum):
 class Survivor(StrEnum):
     CONFIRMED = "confirmed"  # behaves otherwise than the gold patch, and the tests pass
     NOT_DISTINGUISHED = "not_distinguished"  # behaves as the gold patch on the tests' inputs
+    UNCOVERED = "uncovered_hunk"  # in a hunk the tests pass without (its partial patch survives)
     UNCLASSIFIED = "unclassified"  # the recorder could not say (why in ``Played.why``)
 
 

@@ -25,7 +25,7 @@ from importlib.resources import files
 from envcheck.catalogue.probe_specs import Oracle, TestSpec
 from envcheck.core.results import CommandEvidence, Reason
 from envcheck.kinds.base import ProbeContext
-from envcheck.kinds.strength.infection import Calls, RecordError, parse_recording
+from envcheck.kinds.strength.behaviour import Calls, RecordError, parse_recording
 from envcheck.kinds.testvalidity.runs import Phase, Problem, Run, execute
 from envcheck.sandbox.base import Sandbox
 

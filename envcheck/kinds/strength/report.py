@@ -17,7 +17,8 @@ __all__ = ["OPERATOR_COLUMNS", "details", "tally"]
 # same program (as the gold patch, another mutant, or the base) or for not compiling; then
 # what the played ones ended in, survivors by class
 OPERATOR_COLUMNS = ("generated", "same_program", "not_compiling", "incompetent", "timeout",
-                    "killed", "confirmed", "not_distinguished", "unclassified")
+                    "killed", "confirmed", "not_distinguished", "uncovered_hunk",
+                    "unclassified")
 _SAME = tuple(str(r) for r in (Rejection.SAME_AS_ORIGINAL, Rejection.DUPLICATE,
                                Rejection.SAME_AS_BASE))
 
@@ -58,7 +59,8 @@ def _listed(mutants: Sequence[Played]) -> list[dict[str, Any]]:
 def details(outcome: StrengthOutcome, plan: Strength) -> dict[str, Any]:
     counts = outcome.counts()
     score = outcome.score(plan.min_competent)
-    apart = outcome.survivors(Survivor.NOT_DISTINGUISHED, Survivor.UNCLASSIFIED)
+    apart = outcome.survivors(Survivor.NOT_DISTINGUISHED, Survivor.UNCOVERED,
+                              Survivor.UNCLASSIFIED)
     info: dict[str, Any] = {
         "played": outcome.not_played is None, "require": plan.require,
         "min_score": plan.min_score, "min_competent": plan.min_competent,
@@ -97,7 +99,8 @@ def tally(outcome: StrengthOutcome, plan: Strength) -> str:
             f"{fix} killed" + (f" (score {score:.2f})" if score is not None else ""))
     aside = []
     for kind, said in ((Survivor.NOT_DISTINGUISHED, "not distinguished from the fix on the "
-                        "tests' inputs"), (Survivor.UNCLASSIFIED, "not classified")):
+                        "tests' inputs"), (Survivor.UNCOVERED, "in a hunk the tests pass "
+                                           "without"), (Survivor.UNCLASSIFIED, "not classified")):
         if outcome.survivors(kind):
             aside.append(f"{len(outcome.survivors(kind))} survivor(s) {said}")
     aside += [f"{counts[o]} {o}" for o in (Outcome.INCOMPETENT, Outcome.TIMEOUT) if counts[o]]

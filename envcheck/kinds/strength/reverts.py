@@ -74,11 +74,35 @@ class Statements:
         nodes = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
         self.starts = {n.lineno for n in nodes}
         self.ends = {n.end_lineno or n.lineno for n in nodes}
+        self.lines = text.split("\n")
+        # each block's statements, as (first line, decorators included; last line)
+        self.bodies: list[list[tuple[int, int]]] = []
+        for node in ast.walk(tree):
+            for name in ("body", "orelse", "finalbody"):
+                body = getattr(node, name, None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                    self.bodies.append([(min([s.lineno, *(d.lineno for d in getattr(
+                        s, "decorator_list", ()))]), s.end_lineno or s.lineno) for s in body])
 
     def whole(self, first: int, count: int) -> bool:
         """Whether lines ``first`` to ``first + count - 1`` are whole statements (none:
         yes, nothing is cut)."""
         return not count or (first in self.starts and first + count - 1 in self.ends)
+
+    def siblings(self, first: int, count: int) -> bool:
+        """Whether lines ``first`` to ``first + count - 1`` (blank and comment lines at either
+        end aside) are a run of whole statements of one block: what can be moved into
+        another block as it is (none: yes)."""
+        code = [n for n in range(first, first + count) if n <= len(self.lines) and (
+            self.lines[n - 1].strip() and not self.lines[n - 1].lstrip().startswith("#"))]
+        if not code:
+            return True
+        for body in self.bodies:
+            starts = [start for start, _ in body]
+            if code[0] in starts:
+                ends = [end for _, end in body[starts.index(code[0]):]]
+                return code[-1] in ends
+        return False
 
 
 def _indent(line: str) -> str:

@@ -61,6 +61,7 @@ class Generation(Generic[M]):
     sites: dict[Operator, int] = field(default_factory=dict)
     tried: dict[Operator, int] = field(default_factory=dict)
     rejected: dict[tuple[Operator, Rejection], int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the generation could not do, and why
 
 
 def seeded(seed: str) -> random.Random:
@@ -88,7 +89,7 @@ def seeded_order(items: Sequence[T], family: Callable[[T], Family], seed: str) -
 
 def take(variants: Sequence[Variant], seed: str, cap: int | None,
          accept: Callable[[Variant, str], Rejection | M],
-         skipped: Iterable[Skipped] = ()) -> Generation[M]:
+         skipped: Iterable[Skipped] = (), notes: Iterable[str] = ()) -> Generation[M]:
     """Up to ``cap`` variants (None: all) in :func:`seeded_order`, rendered and made into
     mutants by ``accept`` (or dropped, and why); with the counts of what was tried."""
     kept: list[M] = []
@@ -104,4 +105,4 @@ def take(variants: Sequence[Variant], seed: str, cap: int | None,
         else:
             kept.append(made)
     return Generation(tuple(kept), tuple(skipped), dict(Counter(v.operator for v in variants)),
-                      dict(tried), dict(rejected))
+                      dict(tried), dict(rejected), tuple(notes))

@@ -2,9 +2,10 @@
 gold patch by what the functions the patch changes did while the fail-to-pass tests ran.
 
 The gold patch's fail-to-pass tests run twice with the recorder (:mod:`.recording`), then
-each survivor's once; :func:`~envcheck.kinds.strength.infection.difference` compares them
-on what the two gold runs agree on. A survivor is **confirmed** (``Survivor.CONFIRMED``) when
-it differs, the difference said in its ``why``; **not distinguished** when it does not (it
+each survivor's once; :func:`~envcheck.kinds.strength.behaviour.difference` compares them
+on what the two gold runs agree on, in values only (a call count alone is no difference). A
+survivor is **confirmed** (``Survivor.CONFIRMED``) when it differs, the difference said in its
+``why``; **not distinguished** when it does not (it
 behaves as the fix on the tests' inputs: nothing the assertions could refuse); and
 **unclassified** when nothing could be recorded (no function of the patch to record, the
 recorder not installable, the gold patch's tests failing under it, the functions never
@@ -18,8 +19,9 @@ from dataclasses import dataclass, replace
 
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.kinds.base import ProbeContext
+from envcheck.kinds.strength.behaviour import difference
 from envcheck.kinds.strength.diffs import Patch
-from envcheck.kinds.strength.infection import changed_functions, difference, targets
+from envcheck.kinds.strength.infection import changed_functions, targets
 from envcheck.kinds.strength.model import Mutant
 from envcheck.kinds.strength.played import Played, Survivor
 from envcheck.kinds.strength.recording import Recorded, recorded

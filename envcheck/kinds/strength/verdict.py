@@ -4,20 +4,24 @@ Each mutant of the gold patch ends in one :class:`Outcome`: ``killed`` (a fail-t
 failed), ``killed_p2p`` (they passed, a pass-to-pass test failed), ``survived`` (every test
 passed: the verifier pays for that wrong fix), ``incompetent`` (it did not apply, broke the
 import, or no test was collected: it proves nothing) or ``timeout``. A survivor is then
-classified (:class:`Survivor`, :mod:`.survivors`): ``confirmed`` when its recorded behaviour
-on the tests' inputs differs from the gold patch's (a wrong fix the assertions let through),
+classified (:class:`Survivor`): ``uncovered_hunk`` when every line it changes lies in a hunk
+or file whose partial patch the tests reward (:mod:`.uncovered`: the tests do not need that
+part of the fix; it tells about the record, not the assertions); else by infection
+(:mod:`.survivors`), ``confirmed`` when its recorded behaviour on the tests' inputs differs
+from the gold patch's in a value (a wrong fix the assertions let through),
 ``not_distinguished`` when it is the same there (nothing the tests could have refused), or
 ``unclassified`` when the recorder could not say.
 
 The **score** is ``killed / (killed + confirmed)``, both kinds of kill: only confirmed
-survivors lower it. Below ``min_score`` it is ``weak_verifier`` (a degraded pass, a ``fail``
-where strength is required). With fewer than ``min_competent`` mutants told apart from the fix
-(killed or confirmed), with no control played at all, or when survivors that could not be
-classified would decide it, the score is **not measurable**: a degraded pass of its own,
-``strength_not_measurable``, whether strength is required or not (a task is not failed for what
-envcheck could not measure). Partial patches are reported beside the score, not in it (a hunk
-left out may be a refactor). Outcomes the time budget cut short, or played under other rules
-(:data:`RULES`: the operator set and the survivor classification), are never reused.
+survivors lower it, the others are listed apart. Below ``min_score`` it is ``weak_verifier``
+(a degraded pass, a ``fail`` where strength is required). With fewer than ``min_competent``
+mutants told apart from the fix (killed or confirmed), with no control played at all, or when
+survivors that could not be classified would decide it, the score is **not measurable**: a
+degraded pass of its own, ``strength_not_measurable``, whether strength is required or not (a
+task is not failed for what envcheck could not measure). Partial patches are reported beside
+the score, not in it (a hunk left out may be a refactor). Outcomes the time budget cut short,
+or played under other rules (:data:`RULES`: the operator set and the survivor
+classification), are never reused.
 """
 
 from __future__ import annotations

@@ -5,10 +5,20 @@ that judges a verifier): envcheck plants this module and a ``.pth`` line importi
 interpreter's site-packages, and writes the targets file below. Without that file it does
 nothing. With it, it traces calls (``sys.settrace``; frames of other functions are not traced
 further) and, for each call of a target function, records one event: the value returned, or
-the exception raised, and the state of its mutable arguments (``self`` included) afterwards.
-Events are kept per (test, function): the test is pytest's ``PYTEST_CURRENT_TEST`` without
-its phase; a count, a digest of every event and the first events in full. At exit each
-process writes its record to the output folder as one JSON line.
+the exception raised, the state of its mutable arguments (``self`` included) afterwards, and
+what it wrote to ``sys.stdout`` and ``sys.stderr`` meanwhile (a command that prints its table
+and returns None behaves through its output). Events are kept per (test, function): the test
+is pytest's ``PYTEST_CURRENT_TEST`` without its phase; a count, a digest of every event, the
+first events in full, and the distinct events (a digest each, the first call that gave it, the
+event shortened), so that a function called more or less often can be told from one that
+returns something new. At exit each process writes its record to the output folder as one
+JSON line.
+
+Output is caught by standing in for ``sys.stdout`` and ``sys.stderr`` while a recorded call
+runs (each write goes on to the stream as before): per call, its length, a digest and its
+first characters, addresses normalised. A call inside another recorded one counts for both
+(the outer's output holds the inner's). Not seen: bytes written to a stream's ``buffer``, and
+a stream a logging handler took before the call.
 
 Values are written as *shapes* in which what is not behaviour is left out: memory addresses,
 the iteration order of sets and dicts, object identities. What still differs from run to run
@@ -44,12 +54,15 @@ class _Recorder:
         self.hashed = int(config.get("hashed", 1000))
         self.keys_max = int(config.get("keys", 5000))
         self.chars = int(config.get("chars", 300))
+        self.distinct = int(config.get("distinct", 32))  # distinct events kept per key
+        self.short = int(config.get("short", 80))  # characters of a part of one kept
+        self.head = int(config.get("head", 200))  # characters of a call's output shown
         self.targets: Dict[Tuple[str, int], Tuple[str, str]] = {}
         for path, name, lines, label in config["targets"]:
             for line in lines:
                 self.targets[(name, int(line))] = (path.replace("\\", "/"), label)
         self.labels: Dict[CodeType, Optional[str]] = {}
-        # test and label -> [count, digest, first events]
+        # test and label -> [count, digest, first events, {event digest: [call, event]}, more]
         self.records: Dict[str, List[Any]] = {}
         self.dropped = 0
 
@@ -132,14 +145,24 @@ class _Recorder:
             if len(self.records) >= self.keys_max:
                 self.dropped += 1
                 return
-            entry = self.records[key] = [0, hashlib.sha256(), []]
+            entry = self.records[key] = [0, hashlib.sha256(), [], {}, False]
         entry[0] += 1
         if entry[0] > self.hashed:
             return
-        text = json.dumps(event)
-        entry[1].update(text.encode("utf-8", "replace") + b"\n")
+        data = json.dumps(event).encode("utf-8", "replace")
+        entry[1].update(data + b"\n")
         if len(entry[2]) < self.first:
             entry[2].append(event)
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        if digest not in entry[3]:
+            if len(entry[3]) < self.distinct:
+                entry[3][digest] = [entry[0] - 1, self.shortened(event)]
+            else:
+                entry[4] = True
+
+    def shortened(self, event: List[Any]) -> List[Any]:
+        cut = self.short
+        return [event[0], event[1][:cut], [[n, v[:cut]] for n, v in event[2]], event[3][:cut]]
 
     def tracer(self, frame: FrameType, event: str, arg: Any) -> Optional[Tracer]:
         if event != "call":
@@ -158,6 +181,7 @@ class _Recorder:
                 held.append((name, value))
         pending: List[Any] = [None]
         recorder = self
+        tees = _catch(self.head)
 
         def local(frame: FrameType, event: str, arg: Any) -> Tracer:
             if event == "line":
@@ -165,11 +189,13 @@ class _Recorder:
             elif event == "exception":
                 pending[0] = arg[1]
             elif event == "return":
+                written = _release(tees)
                 state = [[n, recorder.shape(v)] for n, v in held]
                 if pending[0] is not None and arg is None:
-                    recorder.record(label, ["raise", recorder.shape(pending[0]), state])
+                    recorder.record(label, ["raise", recorder.shape(pending[0]), state,
+                                            written])
                 else:
-                    recorder.record(label, ["return", recorder.shape(arg), state])
+                    recorder.record(label, ["return", recorder.shape(arg), state, written])
             return local
 
         return local
@@ -177,10 +203,10 @@ class _Recorder:
     def write(self) -> None:
         try:
             calls = {}
-            for key, (count, digest, first) in self.records.items():
-                calls[key] = [count, digest.hexdigest(), first]
+            for key, (count, digest, first, distinct, more) in self.records.items():
+                calls[key] = [count, digest.hexdigest(), first, distinct, more]
             # another tracer (coverage, a debugger) put in place of this one records nothing
-            data = {"v": 1, "pid": os.getpid(), "calls": calls, "dropped": self.dropped,
+            data = {"v": 2, "pid": os.getpid(), "calls": calls, "dropped": self.dropped,
                     "displaced": sys.gettrace() != self.tracer}
             name = os.path.join(self.out, "%d.json" % os.getpid())
             with open(name + ".part", "w") as handle:
@@ -188,6 +214,89 @@ class _Recorder:
             os.rename(name + ".part", name)
         except Exception:  # never the tests' problem
             pass
+
+
+class _Output:
+    """What one call wrote to one stream: its length, a digest, its first characters."""
+
+    def __init__(self, name: str, head: int) -> None:
+        self.name, self.head = name, head
+        self.size = 0
+        self.digest = hashlib.sha256()
+        self.start: List[str] = []
+        self.open = True
+
+    def add(self, text: str) -> None:
+        if not self.open or not text:
+            return
+        text = _ADDRESS.sub("0x?", text)
+        self.digest.update(text.encode("utf-8", "replace"))
+        if self.size < self.head:
+            self.start.append(text[:self.head - self.size])
+        self.size += len(text)
+
+    def said(self) -> str:
+        start = "".join(self.start)
+        if self.size <= self.head:
+            return "%s %r" % (self.name, start)
+        return "%s %r...(%d chars, %s)" % (self.name, start, self.size,
+                                          self.digest.hexdigest()[:12])
+
+
+class _Tee:
+    """``sys.stdout`` or ``sys.stderr`` while a recorded call runs: each write goes on to the
+    stream it stands for (so the tests see it as ever) and is counted for the call; every
+    other attribute is the stream's."""
+
+    def __init__(self, stream: Any, output: _Output) -> None:
+        self._envcheck_stream = stream
+        self._envcheck_output = output
+
+    def write(self, text: Any) -> Any:
+        done = self._envcheck_stream.write(text)
+        if isinstance(text, str):
+            self._envcheck_output.add(text)
+        return done
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._envcheck_stream, name)
+
+
+def _catch(head: int) -> List[_Tee]:
+    """Tees put in place of ``sys.stdout`` and ``sys.stderr`` (those that are set)."""
+    tees: List[_Tee] = []
+    try:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name, None)
+            if stream is not None:
+                tee = _Tee(stream, _Output(name, head))
+                setattr(sys, name, tee)
+                tees.append(tee)
+    except Exception:  # never the tests' problem
+        pass
+    return tees
+
+
+def _release(tees: List[_Tee]) -> str:
+    """The streams put back (where the call did not replace them itself), and what the call
+    wrote, said: "" if nothing."""
+    said = []
+    for tee in tees:
+        output = tee._envcheck_output
+        output.open = False
+        name = output.name
+        try:
+            if getattr(sys, name, None) is tee:
+                setattr(sys, name, tee._envcheck_stream)
+        except Exception:
+            pass
+        if output.size:
+            said.append(output.said())
+    return "; ".join(said)
 
 
 def _start() -> None:
