@@ -8,8 +8,7 @@ under ``bench/strength_devset/cache/`` (gitignored: nothing downloaded is commit
 image is built with ``network_mode="none"`` from the local base image (``envcheck/base:
 bookworm``, ``images/base/build.sh``), as the demo images are: the sdist's tree at ``/testbed``
 as one git commit owned by ``agent``, the wheels installed into the system Python, the project
-importable through a ``.pth`` file (``/usr/bin/python3 -I`` ignores ``PYTHONPATH``), ahead of
-the system's own packages where the instance says ``import_first`` (pytest testing itself).
+importable through a ``.pth`` file (``/usr/bin/python3 -I`` ignores ``PYTHONPATH``).
 
 An image whose ``org.envcheck.build-hash`` label matches its inputs is not rebuilt.
 """
@@ -19,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shlex
 import shutil
 import subprocess
 import sys
@@ -51,7 +49,7 @@ RUN if ls /opt/wheels/*.whl >/dev/null 2>&1; then \\
       python3 -m pip install --no-index --no-deps --break-system-packages --quiet \\
         /opt/wheels/*.whl; fi && rm -rf /opt/wheels
 RUN install -d -o agent -g agent -m 0755 /testbed \\
- && echo {pth_line} > /usr/lib/python3/dist-packages/envcheck_devset_testbed.pth
+ && echo {import_root} > /usr/lib/python3/dist-packages/envcheck_devset_testbed.pth
 COPY --chown=agent:agent testbed/ /testbed/
 USER agent
 RUN cd /testbed \\
@@ -139,16 +137,6 @@ def _extract(tar: tarfile.TarFile, into: Path) -> None:
     tar.extractall(into)
 
 
-def _pth_line(spec: dict[str, Any]) -> str:
-    """The ``.pth`` line (shell-quoted) that makes the project importable: its folder appended
-    to ``sys.path``; with ``import_first``, inserted ahead of everything (a project the image's
-    system Python also has, as pytest, must be imported from the release under test)."""
-    root = spec["import_root"]
-    if spec.get("import_first"):
-        return shlex.quote(f'import sys; sys.path.insert(0, "{root}")')
-    return str(root)
-
-
 def _context(instance_id: str, spec: dict[str, Any]) -> tuple[Path, str]:
     """A build context in a temporary folder, and the hash of its inputs."""
     archive = sdist(spec["sdist"])
@@ -161,7 +149,7 @@ def _context(instance_id: str, spec: dict[str, Any]) -> tuple[Path, str]:
     (folder / "wheels").mkdir()
     for wheel in wheel_files:
         shutil.copy(wheel, folder / "wheels" / wheel.name)
-    dockerfile = DOCKERFILE.format(base=BASE_IMAGE, pth_line=_pth_line(spec),
+    dockerfile = DOCKERFILE.format(base=BASE_IMAGE, import_root=spec["import_root"],
                                    sdist=archive.name, instance=instance_id)
     (folder / "Dockerfile").write_text(dockerfile, encoding="utf-8")
     digest = hashlib.sha256(dockerfile.encode())
