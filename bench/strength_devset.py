@@ -1,7 +1,8 @@
 """Benchmark: the wrong-fix controls on a development set of real SWE-bench-style tasks.
 
     .venv/bin/python bench/strength_devset.py build [--force] [ID ...]
-    .venv/bin/python bench/strength_devset.py run [--only ID ...] [--skip-wrong] [--json OUT]
+    .venv/bin/python bench/strength_devset.py run [--only ID ...] [--skip-wrong | --only-wrong]
+        [--json OUT]
 
 ``bench/strength_devset/`` holds the set: ``records.jsonl`` (the public records, as published),
 ``sources.json`` (per instance: the PyPI release its image is built from, its test command,
@@ -193,12 +194,14 @@ def summarise(rows: dict[str, dict[str, Any]], split: dict[str, str]) -> dict[st
     return out
 
 
-def run(ids: list[str], with_wrong: bool) -> dict[str, Any]:
+def run(ids: list[str], with_wrong: bool, only_wrong: bool = False) -> dict[str, Any]:
+    """(a) the originals and (b) the weakened copies with the controls, then (c) the wrong
+    fixes; ``only_wrong``: (c) alone."""
     catalogue, parts = write_catalogue(ids, with_wrong)
     (OUT / "store.db").unlink(missing_ok=True)
     split = {i: sources()["instances"][i]["split"] for i in ids}
     rows: dict[str, dict[str, Any]] = {i: {"split": split[i]} for i in ids}
-    for part in ("original", "weak"):
+    for part in () if only_wrong else ("original", "weak"):
         for env, iid in zip(parts[part], ids, strict=True):
             result, seconds = check(catalogue, env)
             rows[iid][part] = strength_row(result, seconds)
@@ -313,6 +316,7 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--only", nargs="*", default=None)
     r.add_argument("--skip-wrong", action="store_true")
+    r.add_argument("--only-wrong", action="store_true", help="only (c): the wrong fixes")
     r.add_argument("--json", type=Path, default=OUT / "results.json")
     m = sub.add_parser("report", help="merge results files and print the README's tables")
     m.add_argument("files", nargs="+", type=Path)
@@ -325,7 +329,7 @@ def main() -> int:
             print(markdown(merged(args.files)))
             return 0
         ids = args.only or list(sources()["instances"])
-        report = run(ids, with_wrong=not args.skip_wrong)
+        report = run(ids, with_wrong=not args.skip_wrong, only_wrong=args.only_wrong)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
         print(json.dumps(report["summary"], indent=1))
