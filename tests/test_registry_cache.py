@@ -251,6 +251,25 @@ def test_prefetch_bytes_bounded_by_the_manifests(
     images.close()
 
 
+def test_a_prefetch_without_room_holds_back_the_images_due_after_it(
+        docker_client: docker.DockerClient, registry_htpasswd: Registry,
+        pulled_images: Pulled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pulls ahead go in the order the probes are due: when one finds no room, the images
+    due after it are not pulled into the room the next probe's image needs."""
+    [big] = pushed(docker_client, registry_htpasswd, pulled_images, 1, 6 * MB)
+    later = pushed(docker_client, registry_htpasswd, pulled_images, 2, MB)
+    images = local_images(docker_client, tmp_path, Budget(bytes=4 * MB), prefetch_count=10,
+                          prefetch_threads=1,
+                          sizes=manifest_sizes(registry_htpasswd, monkeypatch),
+                          credentials=lambda _: registry_htpasswd.auth_config)
+    futures = images.prefetch([big, *later])
+    assert [f.result(timeout=120) for f in futures] == [None, None, None]
+    assert not any(pulled_images.present(t) for t in (big, *later))
+    assert images.ahead == []
+    assert images.stats.snapshot().prefetches == {"failed": 1}  # the others were not tried
+    images.close()
+
+
 def test_an_engine_that_stops_answering_is_engine_unreachable(
         docker_client: docker.DockerClient, tmp_path: Path) -> None:
     """Not the registry's failure, and no docker or requests exception past the stage."""

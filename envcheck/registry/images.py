@@ -258,6 +258,9 @@ class LocalImages:
         ``prefetch_count`` prefetched images wait unused and their bytes stay under
         ``prefetch_bytes``. What is already on the engine or already ahead is skipped."""
         futures: list[Future[LocalImage | None]] = []
+        # set when one of these finds no room: the later ones are not pulled before it (the
+        # room would go to images due after the one the next probe needs)
+        no_room = threading.Event()
         self._expire_ahead()
         for item in targets:
             target = item if isinstance(item, PullTarget) else PullTarget(*item)
@@ -278,7 +281,7 @@ class LocalImages:
                 self._ahead[target] = estimate
                 self._ahead_since[target] = time.monotonic()
             self.cache.hold(target.repository, target.digest)
-            futures.append(self._pool.submit(self._prefetch_one, target, deadline))
+            futures.append(self._pool.submit(self._prefetch_one, target, deadline, no_room))
         return futures
 
     def _expire_ahead(self) -> None:
@@ -296,17 +299,21 @@ class LocalImages:
         compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
         return int(compressed * EXPANSION) if compressed is not None else 0
 
-    def _prefetch_one(self, target: PullTarget, deadline: float) -> LocalImage | None:
+    def _prefetch_one(self, target: PullTarget, deadline: float,
+                      no_room: threading.Event) -> LocalImage | None:
         with self._ahead_lock:
             if target not in self._ahead:  # its probe came first, or it was given up
                 return None
+        if no_room.is_set():  # an image due before it found no room: its turn comes again
+            self._not_ahead(target)
+            return None
         try:
             with engine_calls(target.reference):
                 local = self._ensure(target, deadline, touch=False, ahead=True)
         except EnvcheckError as exc:  # the probe's own ensure reports it; here it is a note
-            with self._ahead_lock:
-                self._ahead.pop(target, None)
-                self._ahead_since.pop(target, None)
+            if isinstance(exc, RegistryFailed) and exc.reason is Reason.IMAGE_CACHE_FULL:
+                no_room.set()
+            self._not_ahead(target)
             self.stats.prefetched(failed=True)
             log.info("prefetch failed", extra={"image": target.reference, "error": str(exc)})
             return None
@@ -322,6 +329,15 @@ class LocalImages:
             self.cache.ledger.hold(target.repository, target.digest, until)
         self._tell(target, local, True)
         return local
+
+    def _not_ahead(self, target: PullTarget) -> None:
+        """A prefetch given up: no longer ahead, nor kept for its probe (unless the probe
+        has taken it over meanwhile)."""
+        with self._ahead_lock:
+            was = self._ahead.pop(target, None) is not None
+            self._ahead_since.pop(target, None)
+        if was:
+            self.cache.release(target.repository, target.digest)
 
     def handed_off(self, targets: Iterable[PullTarget]) -> None:
         """``targets``, pulled ahead, are another's to count now (a Ray caller counts what it
