@@ -29,11 +29,9 @@ __all__ = ["LOCAL_NODE", "CacheFigures", "RegistrySeries", "RegistrySnapshot"]
 LOCAL_NODE = "local"
 
 
-class CacheFigures(Protocol):
-    """One cache's figures (``registry.stats.NodeCache`` fits)."""
+class CacheCounts(Protocol):
+    """A cache's size, budget and counters, as one engine's cache or the stage's sum."""
 
-    @property
-    def host(self) -> str: ...
     @property
     def cache_bytes(self) -> int: ...
     @property
@@ -48,7 +46,14 @@ class CacheFigures(Protocol):
     def misses(self) -> int: ...
 
 
-class RegistrySnapshot(Protocol):
+class CacheFigures(CacheCounts, Protocol):
+    """One cache's figures (``registry.stats.NodeCache`` fits)."""
+
+    @property
+    def host(self) -> str: ...
+
+
+class RegistrySnapshot(CacheCounts, Protocol):
     """What the series read of the stage's counters (``registry.stats.StatsSnapshot`` fits)."""
 
     @property
@@ -63,18 +68,6 @@ class RegistrySnapshot(Protocol):
     def pull_seconds(self) -> Mapping[tuple[str, str], float]: ...
     @property
     def pull_bytes(self) -> Mapping[str, int]: ...
-    @property
-    def cache_bytes(self) -> int: ...
-    @property
-    def budget_bytes(self) -> int | None: ...
-    @property
-    def evictions(self) -> int: ...
-    @property
-    def evicted_bytes(self) -> int: ...
-    @property
-    def hits(self) -> int: ...
-    @property
-    def misses(self) -> int: ...
     @property
     def nodes(self) -> Mapping[str, CacheFigures]: ...
 
