@@ -32,7 +32,9 @@ FUZZ = 5  # context lines left off at either end at most, as the harness's ``pat
 
 
 def _head(hunk: Hunk) -> str:
-    return hunk.render().split("\n", maxsplit=1)[0]
+    """The hunk's header, its line numbers only (what follows them names the function the
+    header's lines were in, which the offset may make another)."""
+    return hunk.render().split("\n", maxsplit=1)[0].removesuffix(hunk.section)
 
 
 @dataclass(frozen=True)
