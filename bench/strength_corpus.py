@@ -48,9 +48,10 @@ from envcheck.kinds.strength import (
     partial_patches,
     patch_mutants,
 )
-from envcheck.kinds.strength.diffs import parse_patch, preimage
+from envcheck.kinds.strength.diffs import parse_patch
 from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
 from envcheck.kinds.strength.paths import is_test_path
+from envcheck.kinds.strength.placing import preimage
 
 GIT_TIMEOUT = 120
 EQUIVALENT = (Rejection.SAME_AS_ORIGINAL, Rejection.DUPLICATE, Rejection.SAME_AS_BASE)

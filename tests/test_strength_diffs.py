@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envcheck.kinds.strength.diffs import PatchError, parse_patch, preimage, unified_section
+from envcheck.kinds.strength.diffs import PatchError, parse_patch, unified_section
+from envcheck.kinds.strength.placing import preimage
 from tests.gitrepo import GitRepo
 
 BASE = {"a.py": "".join(f"line {i}\n" for i in range(30)), "gone.txt": "bye\n",

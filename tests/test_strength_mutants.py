@@ -24,8 +24,9 @@ from envcheck.kinds.strength import (
     Rejection,
     patch_mutants,
 )
-from envcheck.kinds.strength.diffs import parse_patch, preimage
+from envcheck.kinds.strength.diffs import parse_patch
 from envcheck.kinds.strength.model import PYTHON_OPERATORS
+from envcheck.kinds.strength.placing import preimage
 from envcheck.kinds.strength.pysites import find_sites, is_log_call
 from envcheck.kinds.strength.pysource import PythonSource, statement_lines
 from tests.conftest import ROOT

@@ -198,3 +198,27 @@ def test_the_fix_kept_for_the_tested_input_survives_a_weak_test_confirmed(
     row = info["per_operator"]["tested_input_only"]
     assert row["confirmed"] == len(confirmed) and row["generated"] >= len(ours)
     assert verdict.reason is Reason.WEAK_VERIFIER or info["score"] < 1.0
+
+
+def test_a_gold_patch_whose_header_is_off_is_mutated_where_it_applied(
+        demo: Catalogue, runtime: DockerRuntime) -> None:
+    """sphinx-8713: the record's hunk header says the fix is 5 lines below where it applies
+    in the image (``git apply`` takes the offset). The mutants are made where it applied (the
+    lines of ``percent`` the fix adds), none in ``clamp`` below, each applying as the gold
+    patch does; the fix kept for the tested input is confirmed as without the offset."""
+    exact = unified_section(OPS, OPS, OPS_BASE, OPS_FIXED)
+    assert "@@ -1,6 +1,8 @@" in exact
+    env = shapes_task(demo.environment(STRONG), "", PERCENT_TEST, gold=exact.replace(
+        "@@ -1,6 +1,8 @@", "@@ -6,6 +6,8 @@"), mutants=40)
+    verdict = alone(env, runtime)
+    info = verdict.details["strength"]
+    assert any(f"{OPS}: hunk 1 (@@ -6,6 +6,8 @@) applies 5 line(s) above its header, from "
+               "line 1" in n for n in info["generated"]["notes"]), info["generated"]
+    lines = {m["line"] for m in info["mutants"]}
+    fixed = {n for n, line in enumerate(OPS_FIXED.split("\n"), 1) if line not in OPS_BASE}
+    assert fixed == {3, 4, 5} and lines and lines <= fixed, info["mutants"]
+    assert info["counts"]["incompetent"] == 0, info["mutants"]
+    assert "tested_input_only" in {m["operator"] for m in info["mutants"]}
+    why = next(s["class_why"] for s in info["survivors"] if "`whole == 4`" in s["description"])
+    assert why == (f"`{OPS}:percent` returned 0.5 in tests/test_shapes.py::test_shapes where "
+                   "under the gold patch it returned 50.0")

@@ -39,7 +39,7 @@ def test_survivors_map_to_the_hunk_whose_partial_patch_is_rewarded(tmp_path: Pat
     second_hunk = patch.file("pkg/a.py").hunks[1]
     lines = range(second_hunk.new_start, second_hunk.new_start + second_hunk.new_len)
 
-    parts = uncovered_parts(patch, [by["pkg/a.py", 2]])
+    parts = uncovered_parts(patch, [by["pkg/a.py", 2]], POST)
     inside = [m for m in gen.mutants if uncovered_by(m.file, m.diff, parts)]
     assert inside and all(m.file == "pkg/a.py" and m.line in lines for m in inside)
     outside = [m for m in gen.mutants if m not in inside]
@@ -47,7 +47,7 @@ def test_survivors_map_to_the_hunk_whose_partial_patch_is_rewarded(tmp_path: Pat
     assert {uncovered_by(m.file, m.diff, parts) for m in inside} == {
         by["pkg/a.py", 2].description}
     # the file left out and rewarded: every mutant of it; none of the other file's
-    parts = uncovered_parts(patch, [by["pkg/b.py", None]])
+    parts = uncovered_parts(patch, [by["pkg/b.py", None]], POST)
     assert {m.file for m in gen.mutants if uncovered_by(m.file, m.diff, parts)} == {"pkg/b.py"}
     assert all(uncovered_by(m.file, m.diff, parts) for m in gen.mutants if m.file == "pkg/b.py")
     assert not any(uncovered_by(m.file, m.diff, {}) for m in gen.mutants)

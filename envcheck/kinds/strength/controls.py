@@ -132,7 +132,7 @@ def _classified(ctx: ProbeContext, spec: TestSpec, outcome: StrengthOutcome,
     (:mod:`.survivors`)."""
     assert spec.oracle is not None and spec.oracle.patch is not None
     gold = parse_patch(spec.oracle.patch)
-    parts = uncovered_parts(gold, rewarded)
+    parts = uncovered_parts(gold, rewarded, texts)
     classes: dict[int, Played] = {}
     recorded: list[tuple[Played, Mutant]] = []
     for played, mutant in survivors:

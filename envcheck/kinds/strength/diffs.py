@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-__all__ = ["FilePatch", "Hunk", "Patch", "PatchError", "parse_patch", "preimage", "split_lines",
+__all__ = ["FilePatch", "Hunk", "Patch", "PatchError", "join_lines", "parse_patch", "split_lines",
            "unified_section"]
 
 DEV_NULL = "/dev/null"
@@ -239,39 +239,6 @@ def parse_patch(text: str) -> Patch:
     files = tuple(_read_section(lines[a:b]) for a, b in itertools.pairwise(bounds))
     preamble = join_lines(lines[:starts[0]], True)
     return Patch(preamble, files)
-
-
-def _locate(post: Sequence[str], want: Sequence[str], near: int) -> int:
-    """Where ``want`` sits in ``post``, nearest to ``near`` (hunks may have moved, as with
-    ``patch``'s offsets); -1 if nowhere."""
-    for offset in range(len(post) + 1):
-        for at in (near - offset, near + offset):
-            if 0 <= at <= len(post) - len(want) and list(post[at:at + len(want)]) == want:
-                return at
-    return -1
-
-
-def preimage(fp: FilePatch, post_text: str) -> str:
-    """The file before the patch, from the file after it: each hunk's new side replaced by
-    its old side. :class:`PatchError` if a hunk's new side is not in ``post_text``."""
-    if fp.old_path is None:
-        return ""
-    post, newline = split_lines(post_text)
-    out: list[str] = []
-    pos = 0
-    for hunk in sorted(fp.hunks, key=lambda h: h.new_start):
-        want = hunk.new_lines
-        near = hunk.new_start - 1 if hunk.new_len else hunk.new_start
-        at = _locate(post, want, max(near, pos))
-        if at < pos:
-            raise PatchError(f"{fp.path}: hunk at line {hunk.new_start} is not in the file")
-        out.extend(post[pos:at])
-        out.extend(hunk.old_lines)
-        pos = at + len(want)
-        if pos == len(post):
-            newline = not hunk._marked(" -")
-    out.extend(post[pos:])
-    return join_lines(out, newline)
 
 
 def unified_section(old_path: str | None, new_path: str | None, before: str, after: str,

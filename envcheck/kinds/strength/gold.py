@@ -2,9 +2,13 @@
 candidate patch against the base.
 
 The caller hands in the gold patch and each changed file as it reads after the patch (the
-post-image, taken from a container where the patch was applied). The base text of a file is
-rebuilt from its post-image and the patch's hunks (or handed in), so the candidate is one
-diff from the base to the mutant, in the gold patch's place: the same apply path takes it.
+post-image, taken from a container where the patch was applied). Each hunk is placed where it
+sits in the post-image (:mod:`.placing`: where ``git apply`` or ``patch`` put it, an offset from
+its header's line, or context left off under fuzz), and its lines are mutated there; a hunk
+found nowhere is not mutated, and the notes say so. The base text of a file is rebuilt from its
+post-image and the placed hunks (or handed in), so the candidate is one diff from the base to
+the mutant, in the gold patch's place: the same apply path takes it, and its own hunks' lines
+are the image's (it applies with no offset).
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from envcheck.kinds.strength.diffs import (
     Patch,
     PatchError,
     parse_patch,
-    preimage,
     unified_section,
 )
 from envcheck.kinds.strength.model import Mutant, Operator, Skipped
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
+from envcheck.kinds.strength.placing import place
 from envcheck.kinds.strength.pysource import PythonSource
 from envcheck.kinds.strength.reverts import revert_variants
 from envcheck.kinds.strength.sampling import Generation, Rejection, Variant, take
@@ -35,16 +39,19 @@ DEFAULT_CAP = 24
 
 
 class _File:
-    def __init__(self, fp: FilePatch, source: PythonSource, base: str) -> None:
-        self.fp = fp
+    def __init__(self, written: FilePatch, fp: FilePatch, source: PythonSource,
+                 base: str) -> None:
+        self.written = written  # the section as the gold patch has it
+        self.fp = fp  # its hunks found in the post-image, numbered where they sit
         self.source = source
         self.base = base
 
 
-def _prepare(patch: Patch, post_images: Mapping[str, str],
-             base_images: Mapping[str, str]) -> tuple[dict[str, _File], list[Skipped]]:
+def _prepare(patch: Patch, post_images: Mapping[str, str], base_images: Mapping[str, str]
+             ) -> tuple[dict[str, _File], list[Skipped], list[str]]:
     files: dict[str, _File] = {}
     skipped: list[Skipped] = []
+    notes: list[str] = []
     for fp in patch.files:
         path = fp.new_path
         if path is None or fp.binary or not path.endswith(".py") or not fp.hunks:
@@ -57,17 +64,26 @@ def _prepare(patch: Patch, post_images: Mapping[str, str],
         if text is None:
             skipped.append(Skipped(path, "its post-image was not given"))
             continue
+        placed = place(fp, text)
+        notes.extend(placed.notes())
+        if placed.missing and path not in base_images:
+            # without the hunk's place the file before the patch cannot be rebuilt, and a
+            # candidate made from it would leave that hunk's change out as well
+            skipped.append(Skipped(path, "hunk(s) " + ", ".join(map(str, placed.missing))
+                                   + " of the gold patch not in the post-image: the file "
+                                   "before the patch cannot be rebuilt"))
+            continue
         try:
             source = PythonSource(path, text)
-            base = base_images[path] if path in base_images else preimage(fp, text)
+            base = base_images[path] if path in base_images else placed.preimage()
         except cst.ParserSyntaxError as exc:
             skipped.append(Skipped(path, f"not Python 3: line {exc.raw_line}: {exc.message}"))
             continue
         except PatchError as exc:
             skipped.append(Skipped(path, f"the post-image does not match the patch: {exc}"))
             continue
-        files[path] = _File(fp, source, base)
-    return files, skipped
+        files[path] = _File(fp, placed.fp, source, base)
+    return files, skipped, notes
 
 
 def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
@@ -81,9 +97,9 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
     kept only for the tested input uses (none without it: said in the notes).
     :class:`~envcheck.kinds.strength.diffs.PatchError` if ``gold`` is not a unified diff."""
     patch = parse_patch(gold)
-    files, skipped = _prepare(patch, post_images, base_images or {})
+    files, skipped, notes = _prepare(patch, post_images, base_images or {})
     literals = test_literals(test_patch)
-    notes = [] if literals else [
+    notes += [] if literals else [
         f"no {Operator.TESTED_INPUT_ONLY} mutant: " + (
             "no test patch to take the tested inputs from" if not test_patch else
             "the test patch's added lines hold no int, string, boolean or None")]
@@ -99,7 +115,7 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
         if why is not None:
             return why
         sections = [unified_section(fp.old_path, fp.new_path, file.base, text, fp.header)
-                    if fp is file.fp else fp.raw for fp in patch.files]
+                    if fp is file.written else fp.raw for fp in patch.files]
         if not any(s.strip() for s in sections):
             return Rejection.SAME_AS_BASE
         diff = unified_section(variant.file, variant.file, file.source.text, text)

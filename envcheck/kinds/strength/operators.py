@@ -20,9 +20,11 @@ from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
 
 __all__ = ["OPERATORS_VERSION", "OPERATOR_DOCS"]
 
-OPERATORS_VERSION = "4"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
+OPERATORS_VERSION = "5"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
 # 3: a module whose docstring precedes a ``__future__`` import is compared by its bytecode;
-# 4: the fix kept only for the tested input (the test patch's literals reach the generator)
+# 4: the fix kept only for the tested input (the test patch's literals reach the generator);
+# 5: each hunk placed where it sits in the post-image (an offset from its header's line, or
+# context left off under fuzz), not at its header's line numbers
 
 OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
     Operator.COMPARISON_FLIP: (

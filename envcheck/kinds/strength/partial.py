@@ -14,9 +14,10 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 
-from envcheck.kinds.strength.diffs import FilePatch, Patch, PatchError, parse_patch, preimage
+from envcheck.kinds.strength.diffs import FilePatch, Patch, PatchError, parse_patch
 from envcheck.kinds.strength.model import PartialPatch
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
+from envcheck.kinds.strength.placing import place, preimage
 from envcheck.kinds.strength.pysource import without_docstrings
 from envcheck.kinds.strength.sampling import seeded
 
@@ -32,6 +33,15 @@ def _meaning(text: str) -> str | None:
     except (SyntaxError, ValueError):
         return None
     return ast.dump(without_docstrings(tree))
+
+
+def _placed(fp: FilePatch, post: str | None) -> FilePatch:
+    """``fp`` with its hunks where they sit in ``post`` (the file after the patch), so the
+    partial patch applies where the gold patch did; as written if a hunk is not found."""
+    if post is None:
+        return fp
+    placed = place(fp, post)
+    return fp if placed.missing else placed.fp
 
 
 def _equivalent(fp: FilePatch, index: int, post: str | None) -> bool:
@@ -52,19 +62,20 @@ def _candidates(patch: Patch, post_images: Mapping[str, str]) -> list[PartialPat
     if sum(len(fp.hunks) for fp in code) < 2:
         return []  # leaving the one hunk out is the no-op, which the negative control plays
     found: list[PartialPatch] = []
-    for fp in code:
-        post = post_images.get(fp.path)
+    for written in code:
+        post = post_images.get(written.path)
+        fp = _placed(written, post)
         if len(fp.hunks) > 1:
             for i, hunk in enumerate(fp.hunks):
                 if _equivalent(fp, i, post):
                     continue
                 kept = fp.hunks[:i] + fp.hunks[i + 1:]
-                sections = [f.render(kept) if f is fp else f.raw for f in patch.files]
+                sections = [fp.render(kept) if f is written else f.raw for f in patch.files]
                 head = hunk.render().split("\n")[0]
                 found.append(PartialPatch(fp.path, i + 1, f"hunk {i + 1} of {fp.path} left "
                                           f"out ({head})", patch.render(sections)))
         if len(code) > 1 and not (len(fp.hunks) == 1 and _equivalent(fp, 0, post)):
-            sections = [f.raw for f in patch.files if f is not fp]
+            sections = [f.raw for f in patch.files if f is not written]
             found.append(PartialPatch(fp.path, None, f"{fp.path} left out",
                                       patch.render(sections)))
     return found

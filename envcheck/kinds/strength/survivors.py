@@ -23,6 +23,7 @@ from envcheck.kinds.strength.behaviour import difference
 from envcheck.kinds.strength.diffs import Patch
 from envcheck.kinds.strength.infection import changed_functions, targets
 from envcheck.kinds.strength.model import Mutant
+from envcheck.kinds.strength.placing import place
 from envcheck.kinds.strength.played import Played, Survivor
 from envcheck.kinds.strength.recording import Recorded, recorded
 from envcheck.kinds.strength.reverts import change_blocks
@@ -32,12 +33,13 @@ __all__ = ["Classified", "classify", "functions_changed"]
 
 def functions_changed(patch: Patch, texts: Mapping[str, str]) -> dict[str, set[str]]:
     """Per file, the functions around the lines the patch adds (or, where a change block
-    only removes, around where the lines were)."""
+    only removes, around where the lines were), each hunk where it sits in ``texts``."""
     found: dict[str, set[str]] = {}
-    for fp in patch.files:
-        text = texts.get(fp.path)
+    for written in patch.files:
+        text = texts.get(written.path)
         if text is None:
             continue
+        fp = place(written, text).fp
         lines = set(fp.added_lines())
         lines.update(b.new_start for h in fp.hunks for b in change_blocks(h) if not b.added)
         try:

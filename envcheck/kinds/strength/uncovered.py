@@ -7,7 +7,9 @@ strength of its assertions, and is put apart (``Survivor.UNCOVERED``), out of th
 same holds for every mutant of a file whose partial patch (the file left out) is rewarded.
 
 A mutant belongs to H when every line of the gold post-image its diff changes lies in H's lines
-after the patch (its context included); a line it inserts counts by the lines on either side.
+after the patch (its context included), H placed where it sits in the post-image
+(:mod:`.placing`: a header's line numbers may be off by an offset); a line it inserts counts by
+the lines on either side.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from envcheck.kinds.strength.diffs import NO_NEWLINE, Patch, PatchError, parse_patch
 from envcheck.kinds.strength.model import PartialPatch
+from envcheck.kinds.strength.placing import place
 
 __all__ = ["Uncovered", "touched", "uncovered_by", "uncovered_parts"]
 
@@ -31,20 +34,25 @@ class Uncovered:
     description: str
 
 
-def uncovered_parts(gold: Patch, rewarded: Iterable[PartialPatch]
-                    ) -> dict[str, list[Uncovered]]:
+def uncovered_parts(gold: Patch, rewarded: Iterable[PartialPatch],
+                    texts: Mapping[str, str]) -> dict[str, list[Uncovered]]:
     """Per file (as the gold patch names it after the change), the parts ``rewarded`` (the
-    partial patches the tests passed) left out."""
+    partial patches the tests passed) left out; ``texts``: the files after the gold patch,
+    where its hunks are looked for (a hunk of a file not in it, or found nowhere in it, puts
+    nothing apart)."""
     found: dict[str, list[Uncovered]] = {}
     for partial in rewarded:
         try:
             fp = gold.file(partial.file)
         except PatchError:
             continue
+        text = texts.get(fp.path)
         if partial.hunk is None:
             part = Uncovered(1, 1 << 30, partial.description)
-        elif 0 < partial.hunk <= len(fp.hunks):
-            hunk = fp.hunks[partial.hunk - 1]
+        elif 0 < partial.hunk <= len(fp.hunks) and text is not None:
+            hunk = place(fp, text).found[partial.hunk - 1]
+            if hunk is None:
+                continue
             part = Uncovered(hunk.new_start, hunk.new_start + max(hunk.new_len, 1) - 1,
                              partial.description)
         else:
