@@ -312,7 +312,8 @@ def test_a_mutant_that_undoes_the_whole_gold_patch_is_the_no_op(tmp_path: Path) 
 
 # -- real-world code: the incompetent share ---------------------------------------------
 
-STDLIB = ("textwrap.py", "shlex.py", "fractions.py", "difflib.py", "ipaddress.py")
+# three modules of different shapes (the corpus bench covers 360 real fix commits)
+STDLIB = ("textwrap.py", "shlex.py", "fractions.py")
 
 
 @pytest.mark.parametrize("name", STDLIB)

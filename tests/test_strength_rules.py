@@ -179,33 +179,14 @@ def test_shapes():
 '''
 
 
-def test_the_fix_kept_for_the_tested_input_survives_a_weak_test_confirmed(
-        demo: Catalogue, runtime: DockerRuntime) -> None:
-    """The fix applied only when ``whole == 4`` (the test patch's input): the weak assertion
-    on ``percent(1, 2)`` lets it through, and it returns 0.5 where the fix returns 50.0."""
-    assert OPS_FIXED != OPS_BASE
-    env = shapes_task(demo.environment(STRONG), "", PERCENT_TEST, gold=unified_section(
-        OPS, OPS, OPS_BASE, OPS_FIXED), mutants=40)
-    verdict = alone(env, runtime)
-    info = verdict.details["strength"]
-    ours = [m for m in info["mutants"] if m["operator"] == "tested_input_only"]
-    assert ours, info["generated"]
-    confirmed = [s for s in info["survivors"] if s["operator"] == "tested_input_only"]
-    assert any("`whole == 4`" in s["description"] for s in confirmed), info["mutants"]
-    why = next(s["class_why"] for s in confirmed if "`whole == 4`" in s["description"])
-    assert why == (f"`{OPS}:percent` returned 0.5 in tests/test_shapes.py::test_shapes where "
-                   "under the gold patch it returned 50.0")
-    row = info["per_operator"]["tested_input_only"]
-    assert row["confirmed"] == len(confirmed) and row["generated"] >= len(ours)
-    assert verdict.reason is Reason.WEAK_VERIFIER or info["score"] < 1.0
-
-
 def test_a_gold_patch_whose_header_is_off_is_mutated_where_it_applied(
         demo: Catalogue, runtime: DockerRuntime) -> None:
     """sphinx-8713: the record's hunk header says the fix is 5 lines below where it applies
     in the image (``git apply`` takes the offset). The mutants are made where it applied (the
     lines of ``percent`` the fix adds), none in ``clamp`` below, each applying as the gold
-    patch does; the fix kept for the tested input is confirmed as without the offset."""
+    patch does. The fix kept only when ``whole == 4`` (the test patch's input) passes the weak
+    assertion on ``percent(1, 2)`` and is confirmed: it returns 0.5 where the fix returns
+    50.0."""
     exact = unified_section(OPS, OPS, OPS_BASE, OPS_FIXED)
     assert "@@ -1,6 +1,8 @@" in exact
     env = shapes_task(demo.environment(STRONG), "", PERCENT_TEST, gold=exact.replace(
@@ -219,6 +200,9 @@ def test_a_gold_patch_whose_header_is_off_is_mutated_where_it_applied(
     assert fixed == {3, 4, 5} and lines and lines <= fixed, info["mutants"]
     assert info["counts"]["incompetent"] == 0, info["mutants"]
     assert "tested_input_only" in {m["operator"] for m in info["mutants"]}
-    why = next(s["class_why"] for s in info["survivors"] if "`whole == 4`" in s["description"])
+    confirmed = [s for s in info["survivors"] if s["operator"] == "tested_input_only"]
+    why = next(s["class_why"] for s in confirmed if "`whole == 4`" in s["description"])
     assert why == (f"`{OPS}:percent` returned 0.5 in tests/test_shapes.py::test_shapes where "
                    "under the gold patch it returned 50.0")
+    assert info["per_operator"]["tested_input_only"]["confirmed"] == len(confirmed)
+    assert verdict.reason is Reason.WEAK_VERIFIER or info["score"] < 1.0
