@@ -30,11 +30,10 @@ from envcheck.sandbox.docker import DockerRuntime
 from tests.conftest import ROOT
 from tests.test_strength_survivors import (
     DEMO,
-    SHAPES_CODE,
-    SHAPES_TEST,
     STRONG,
     alone,
     new_file,
+    render_tag_task,
     shapes_task,
 )
 
@@ -133,12 +132,7 @@ def test_survivors_in_a_file_the_tests_pass_without_are_apart(
     """The gold patch adds two modules, the tests use one: the patch without the other is
     rewarded, so its survivors are an uncovered part of the fix, not a weakness of the
     assertions; the score counts the rest, and those survivors are not recorded."""
-    code = SHAPES_CODE[SHAPES_CODE.index("def tag"):]
-    env = shapes_task(demo.environment(STRONG), code, SHAPES_TEST.replace(
-        "Box, bag, render, stamp, tag, token", "render, tag").replace(
-        '    assert Box("x").add("pear", "apple", "fig") == ["apple", "fig", "pear"]\n'
-        '    assert bag(["kiwi", "fig", "plum", "lime"]) == {"fig", "kiwi", "lime", "plum"}\n'
-        "    assert token() is not None and stamp() > 0\n", ""), mutants=40)
+    env = render_tag_task(demo)
     assert env.tests is not None and env.tests.oracle is not None
     gold = (env.tests.oracle.patch or "") + new_file(TWO, TWO_CODE)
     env = env.model_copy(update={"tests": env.tests.model_copy(

@@ -187,6 +187,17 @@ def _mutant(text: str) -> Any:
     return Mutant(Operator.ARGUMENT_DROPPED, SHAPES, 1, "", "", new_file(SHAPES, text), text)
 
 
+def render_tag_task(demo: Catalogue) -> Environment:
+    """The shapes task cut to ``render`` and ``tag``: the fix threads ``context``, which the
+    tests never vary."""
+    code = SHAPES_CODE[SHAPES_CODE.index("def tag"):]
+    return shapes_task(demo.environment(STRONG), code, SHAPES_TEST.replace(
+        "Box, bag, render, stamp, tag, token", "render, tag").replace(
+        '    assert Box("x").add("pear", "apple", "fig") == ["apple", "fig", "pear"]\n'
+        '    assert bag(["kiwi", "fig", "plum", "lime"]) == {"fig", "kiwi", "lime", "plum"}\n'
+        "    assert token() is not None and stamp() > 0\n", ""), mutants=40)
+
+
 def alone(env: Environment, runtime: DockerRuntime, digest: str | None = None,
           prior: ProbeResult | None = None) -> Verdict:
     services: dict[type[Any], object] = {}
@@ -201,12 +212,7 @@ def test_arguments_the_tests_never_vary_make_no_false_weak(
         demo: Catalogue, runtime: DockerRuntime) -> None:
     """Issue 36's false weak: the survivors that drop the threaded ``context`` behave as the
     fix on the tests' inputs; they are listed apart and the score counts the rest."""
-    code = SHAPES_CODE[SHAPES_CODE.index("def tag"):]
-    env = shapes_task(demo.environment(STRONG), code, SHAPES_TEST.replace(
-        "Box, bag, render, stamp, tag, token", "render, tag").replace(
-        '    assert Box("x").add("pear", "apple", "fig") == ["apple", "fig", "pear"]\n'
-        '    assert bag(["kiwi", "fig", "plum", "lime"]) == {"fig", "kiwi", "lime", "plum"}\n'
-        "    assert token() is not None and stamp() > 0\n", ""), mutants=40)
+    env = render_tag_task(demo)
     verdict = alone(env, runtime)
     info = verdict.details["strength"]
     apart = info["survivors_apart"]
