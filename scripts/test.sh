@@ -111,10 +111,14 @@ docs_out="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_out" \
   || failed+=(docs)
 rm -rf "$docs_out"
-log "pytest $*"
+# Two processes (ENVCHECK_TEST_WORKERS; 0 runs in this one), each given whole files: most of a
+# test's time is the engine's, containers starting and stopping, so two share the 2 cores of
+# the CI machine well. A file's module fixtures (a built task, a Ray cluster) stay in one.
+workers="${ENVCHECK_TEST_WORKERS:-2}"
+log "pytest -n $workers --dist loadfile $*"
 status=0
 # the slowest tests, so that what the suite costs stays visible in every CI log
-.venv/bin/python -m pytest --durations=40 "$@" || status=$?
+.venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=40 "$@" || status=$?
 
 if ((status == 5)); then
   echo "test: FAILED: pytest collected no tests" >&2
