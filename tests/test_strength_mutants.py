@@ -141,9 +141,10 @@ def test_anchor_only_added_lines_and_no_docstring_annotation_logging(tmp_path: P
             '    x: list[int] = []\n    return a < b and b > 0\n')
     gen = generate(tmp_path, {"m.py": base}, {"m.py": post})
     # the operators that change a node where it is (the ones working on runs of statements
-    # or on change blocks: test_strength_operators.py)
+    # or on change blocks: test_strength_operators.py; on whole functions:
+    # test_strength_newcase.py)
     found = {(m.operator, m.line) for m in gen.mutants if m.family not in (
-        Family.EXIT, Family.EXCEPTION, Family.REVERT)}
+        Family.EXIT, Family.EXCEPTION, Family.REVERT, Family.VALUE)}
     # line 4 adds `= 1` and `= None` (not the annotations), 9 an empty list, 10 a condition;
     # the docstring (5), the log call (7) and the print (8) are passed over
     assert {line for _, line in found} == {4, 9, 10}
@@ -159,8 +160,10 @@ def test_a_statement_partly_added_is_not_removed(tmp_path: Path) -> None:
     post = "def f(a, b):\n    return g(\n        a,\n        b,\n    )\n"
     gen = generate(tmp_path, {"m.py": base}, {"m.py": post})
     # not the return removed (its other lines are the base's): `b` dropped, which is the
-    # base, and an early return before the statement the patch changes in part
-    assert gen.sites == {Operator.ARGUMENT_DROPPED: 1, Operator.EARLY_RETURN: 1}
+    # base, and an early return before the statement the patch changes in part (and the
+    # value f newly returns made wrong, three ways)
+    assert gen.sites == {Operator.ARGUMENT_DROPPED: 1, Operator.EARLY_RETURN: 1,
+                         Operator.NEW_CASE_VALUE: 3}
     assert gen.rejected == {(Operator.ARGUMENT_DROPPED, Rejection.SAME_AS_BASE): 1}
 
 
@@ -211,10 +214,11 @@ def test_every_mutant_compiles_and_is_unique(tmp_path: Path) -> None:
         compile(text, "m.py", "exec")
         meanings.add(text)
     assert len(meanings) == len(gen.mutants)
-    # every operator but the partial reverts, which need lines the patch removed, and the fix
-    # kept for the tested input, which needs a test patch and a change inside a function
+    # every operator but the partial reverts, which need lines the patch removed, the fix
+    # kept for the tested input, which needs a test patch and a change inside a function, and
+    # the new case's value made wrong, which needs a function that was there before the fix
     assert {m.operator for m in gen.mutants} == set(PYTHON_OPERATORS) - {
-        Operator.PARTIAL_REVERT, Operator.TESTED_INPUT_ONLY}
+        Operator.PARTIAL_REVERT, Operator.TESTED_INPUT_ONLY, Operator.NEW_CASE_VALUE}
 
 
 def applied_text(m: Mutant, path: str, post: str) -> str:

@@ -81,8 +81,9 @@ def fix_lines(before: str, after: str) -> set[int]:
 
 
 def changed(m: Mutant) -> set[int]:
-    """The lines of the gold post-image the mutant changes (none if its diff is unreadable)."""
-    return touched(m.diff) or set()
+    """The lines of the gold post-image the mutant changes, or those of the fix it stands for
+    (a function wrapped whole); none if its diff is unreadable."""
+    return set(m.fix_lines) or touched(m.diff) or set()
 
 
 def edits(mutants: Sequence[Mutant]) -> Counter[tuple[str, tuple[str, ...]]]:
@@ -154,7 +155,7 @@ def test_partial_patches_and_parts_left_out_where_the_hunks_applied(tmp_path: Pa
     parts = uncovered_parts(parse_patch(patch), [partials[1]], {PATH: post})
     first = fix_lines(head(13) + ABOVE + BEFORE + FILLER + OTHER_FIXED, post)
     second = fix_lines(head(13) + ABOVE + AFTER + FILLER + OTHER, post)
-    inside = [m for m in gen.mutants if uncovered_by(m.file, m.diff, parts)]
+    inside = [m for m in gen.mutants if uncovered_by(m.file, m.diff, parts, m.fix_lines)]
     assert inside and all(m.line in first for m in inside)
     assert all(m.line in second for m in gen.mutants if m not in inside)
     assert uncovered_parts(parse_patch(patch), [partials[1]], {}) == {}

@@ -40,14 +40,14 @@ def test_survivors_map_to_the_hunk_whose_partial_patch_is_rewarded(tmp_path: Pat
     lines = range(second_hunk.new_start, second_hunk.new_start + second_hunk.new_len)
 
     parts = uncovered_parts(patch, [by["pkg/a.py", 2]], POST)
-    inside = [m for m in gen.mutants if uncovered_by(m.file, m.diff, parts)]
+    inside = [m for m in gen.mutants if uncovered_by(m.file, m.diff, parts, m.fix_lines)]
     assert inside and all(m.file == "pkg/a.py" and m.line in lines for m in inside)
     outside = [m for m in gen.mutants if m not in inside]
     assert all(m.line not in lines for m in outside if m.file == "pkg/a.py")
-    assert {uncovered_by(m.file, m.diff, parts) for m in inside} == {
+    assert {uncovered_by(m.file, m.diff, parts, m.fix_lines) for m in inside} == {
         by["pkg/a.py", 2].description}
     # the file left out and rewarded: every mutant of it; none of the other file's
     parts = uncovered_parts(patch, [by["pkg/b.py", None]], POST)
-    assert {m.file for m in gen.mutants if uncovered_by(m.file, m.diff, parts)} == {"pkg/b.py"}
-    assert all(uncovered_by(m.file, m.diff, parts) for m in gen.mutants if m.file == "pkg/b.py")
+    assert {m.file for m in gen.mutants if uncovered_by(m.file, m.diff, parts, m.fix_lines)} == {"pkg/b.py"}
+    assert all(uncovered_by(m.file, m.diff, parts, m.fix_lines) for m in gen.mutants if m.file == "pkg/b.py")
     assert not any(uncovered_by(m.file, m.diff, {}) for m in gen.mutants)

@@ -136,7 +136,7 @@ def _classified(ctx: ProbeContext, spec: TestSpec, outcome: StrengthOutcome,
     classes: dict[int, Played] = {}
     recorded: list[tuple[Played, Mutant]] = []
     for played, mutant in survivors:
-        left_out = uncovered_by(mutant.file, mutant.diff, parts)
+        left_out = uncovered_by(mutant.file, mutant.diff, parts, mutant.fix_lines)
         if left_out is None:
             recorded.append((played, mutant))
         else:

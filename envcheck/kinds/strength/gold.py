@@ -25,6 +25,7 @@ from envcheck.kinds.strength.diffs import (
     unified_section,
 )
 from envcheck.kinds.strength.model import Mutant, Operator, Skipped
+from envcheck.kinds.strength.newcase import new_case_variants
 from envcheck.kinds.strength.paths import is_doc_path, is_test_path
 from envcheck.kinds.strength.placing import place
 from envcheck.kinds.strength.pysource import PythonSource
@@ -108,6 +109,9 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
         variants.extend(file.source.variants(file.fp.added_lines()))
         variants.extend(revert_variants(file.fp, file.source, file.base))
         variants.extend(tested_variants(file.fp, file.source, file.base, literals))
+        made, left_out = new_case_variants(file.fp, file.source, file.base)
+        variants.extend(made)
+        notes.extend(left_out)
 
     def accept(variant: Variant, text: str) -> Rejection | Mutant:
         file = files[variant.file]
@@ -120,6 +124,6 @@ def patch_mutants(gold: str, post_images: Mapping[str, str], seed: str,
             return Rejection.SAME_AS_BASE
         diff = unified_section(variant.file, variant.file, file.source.text, text)
         return Mutant(variant.operator, variant.file, variant.line, variant.description, diff,
-                      patch.render(sections), text)
+                      patch.render(sections), text, variant.fix_lines)
 
     return take(variants, seed, cap, accept, skipped, notes)

@@ -28,6 +28,7 @@ class Family(StrEnum):
     EXCEPTION = "exception"
     REVERT = "revert"
     SPECIAL_CASE = "special_case"  # the fix kept for the tested input only (tested)
+    VALUE = "value"  # the value the fix newly returns, wrong (newcase)
     NUMBER = "number"  # the output operators' families from here
     RECORD = "record"
     TRUNCATION = "truncation"
@@ -56,6 +57,7 @@ class Operator(StrEnum):
     LOOP_EXIT_SWAPPED = "loop_exit_swapped"  # continue / break / return None swapped
     PARTIAL_REVERT = "partial_revert"  # one changed line or change block put back as before
     TESTED_INPUT_ONLY = "tested_input_only"  # the fix only if a parameter is a tested literal
+    NEW_CASE_VALUE = "new_case_value"  # where the fix's result is new, that result made wrong
     NUMBER_CHANGED = "number_changed"  # outputs: one number + 1
     LINE_DROPPED = "line_dropped"  # outputs: one line of a text file
     RECORD_DROPPED = "record_dropped"  # outputs: one CSV row, one JSON element or member
@@ -88,6 +90,7 @@ _FAMILIES = {
     Operator.LOOP_EXIT_SWAPPED: Family.EXIT,
     Operator.PARTIAL_REVERT: Family.REVERT,
     Operator.TESTED_INPUT_ONLY: Family.SPECIAL_CASE,
+    Operator.NEW_CASE_VALUE: Family.VALUE,
     Operator.NUMBER_CHANGED: Family.NUMBER,
     Operator.LINE_DROPPED: Family.RECORD,
     Operator.RECORD_DROPPED: Family.RECORD,
@@ -130,6 +133,9 @@ class Mutant(Changed):
 
     patch: str
     text: str = field(default="", compare=False, repr=False)
+    # the gold post-image's lines it stands for, where its diff touches others (new_case_value
+    # wraps the whole function: it belongs to the hunks of the fix's lines inside it)
+    fix_lines: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
 
 __all__ = ["OPERATORS_VERSION", "OPERATOR_DOCS"]
 
-OPERATORS_VERSION = "5"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
+OPERATORS_VERSION = "6"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
 # 3: a module whose docstring precedes a ``__future__`` import is compared by its bytecode;
 # 4: the fix kept only for the tested input (the test patch's literals reach the generator);
 # 5: each hunk placed where it sits in the post-image (an offset from its header's line, or
-# context left off under fuzz), not at its header's line numbers
+# context left off under fuzz), not at its header's line numbers; 6: the value the fix newly
+# returns made wrong where it differs from before the fix
 
 OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
     Operator.COMPARISON_FLIP: (
@@ -90,6 +91,14 @@ OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
         "the fix applied only to the tested input: only a factor of -1, only `text=False`, "
         "only the int 1 (the special case that makes the test's example pass and leaves "
         "every other input broken)"),
+    Operator.NEW_CASE_VALUE: (
+        "a function the fix changes returns, where its result differs from the function's "
+        "before the fix (or that one raised), that result changed: its first part (a number "
+        "+ 1, a flag flipped, a text one character short), its last part, or one part short "
+        "(a list's last element, a text's last line); the fix's own result everywhere else",
+        "the case the issue is about handled with a value nobody checked: a factor evaluated "
+        "or taken as 1, a section or a row left out, the error gone and the answer wrong, "
+        "while every input that worked before still does"),
 }
 
 assert set(OPERATOR_DOCS) == set(PYTHON_OPERATORS)

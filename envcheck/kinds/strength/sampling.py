@@ -44,6 +44,8 @@ class Variant:
     line: int
     description: str
     render: Callable[[], str] = field(compare=False, repr=False)
+    # the fix's lines it stands for, where its diff touches others (a whole function wrapped)
+    fix_lines: tuple[int, ...] = ()
 
     @property
     def family(self) -> Family:

@@ -89,11 +89,13 @@ def touched(diff: str) -> set[int] | None:
     return found or None
 
 
-def uncovered_by(file: str, diff: str, parts: Mapping[str, list[Uncovered]]) -> str | None:
+def uncovered_by(file: str, diff: str, parts: Mapping[str, list[Uncovered]],
+                 fix_lines: Iterable[int] = ()) -> str | None:
     """The description of the rewarded partial patch that leaves out every line the mutant
-    of ``file`` (``diff`` against the gold post-image) changes; None if there is none."""
+    of ``file`` (``diff`` against the gold post-image) changes, or, when given, every one of
+    ``fix_lines`` (the fix's lines it stands for); None if there is none."""
     spans = parts.get(file)
-    lines = touched(diff) if spans else None
+    lines = (set(fix_lines) or touched(diff)) if spans else None
     if not spans or not lines:
         return None
     for part in spans:

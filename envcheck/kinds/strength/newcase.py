@@ -1,0 +1,287 @@
+"""Wrong fixes that handle the new case with a wrong value (``new_case_value``): the fix's
+function returns something else exactly where it returns what it did not return before the
+fix, and the same as the fix everywhere else.
+
+It stands for the most common wrong fix that a weak fail-to-pass test accepts: the case the
+issue is about special-cased so that nothing raises any more, with a value nobody checked (a
+factor evaluated or taken as 1, a section or a row left out, a flag the wrong way round),
+while every input that worked before still does, so the pass-to-pass tests see no change.
+No static edit makes that shape for an arbitrary fix, so the mutant decides at run time:
+
+- each function whose lines the gold patch changes (and that existed before it: a new
+  function has no "before") is renamed, the function as it was before the patch is added
+  beside it, and a wrapper takes the name (``functools.update_wrapper``: same signature);
+- the wrapper calls the fixed function, then the function before the fix on a deep copy of
+  the arguments; when the two differ (or the old one raised), the fixed value is handed back
+  changed (:data:`WHICH`): its first part, its last part, or one part short. A value that
+  cannot be changed that way (``None``, an object with no ``+ 1``) is handed back as is: the
+  mutant then behaves as the fix, and the survivor is not distinguished, never confirmed;
+- calls made while the wrapper runs (recursion) go to the function of the run they are made
+  in, the fixed one or the one before: the outermost call compares the program before the
+  fix with the program after it, and only that call's value is changed.
+
+Skipped, with a note: decorated functions (a wrapper would have to re-create the decorator),
+generators and coroutines (their value is not a return), functions that return nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from functools import partial
+
+from envcheck.kinds.strength.diffs import FilePatch
+from envcheck.kinds.strength.infection import changed_functions
+from envcheck.kinds.strength.model import Operator
+from envcheck.kinds.strength.pysource import PythonSource
+from envcheck.kinds.strength.reverts import change_blocks
+from envcheck.kinds.strength.sampling import Variant
+
+__all__ = ["FUNCTIONS", "WHICH", "new_case_variants"]
+
+FUNCTIONS = 3  # changed functions per file given this operator's mutants
+# what the wrapper changes in a value the fix newly returns, by the number the mutant passes
+WHICH = ("its first part changed", "its last part changed", "one part short")
+PREFIX = "_envcheck_"
+
+# The wrapper's run-time half, put after the module's docstring and ``__future__`` imports.
+# Names start with PREFIX so that they shadow nothing of the module's.
+HELPER = '''\
+def _envcheck_off(value):  # envcheck wrong-fix control: one value made wrong
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float, complex)):
+        return value + 1
+    if isinstance(value, (str, bytes)):
+        return value[:-1]
+    if value is None:
+        return value
+    try:
+        off = value + 1
+    except Exception:
+        return value
+    return value if off is NotImplemented else off
+
+
+def _envcheck_changed(value, which):  # envcheck wrong-fix control: the new value made wrong
+    if which == 2:
+        if isinstance(value, str) and "\\n" in value.strip("\\n"):
+            return "\\n".join(value.rstrip("\\n").split("\\n")[:-1])
+        if isinstance(value, (list, str, bytes)):
+            return value[:-1]
+        if isinstance(value, dict) and value:
+            short = dict(value)
+            short.popitem()
+            return short
+        return value
+    if isinstance(value, (tuple, list)):
+        parts = list(value)
+        if len(parts) < (2 if which == 1 else 1):
+            return value
+        at = 0 if which == 0 else len(parts) - 1
+        parts[at] = _envcheck_off(parts[at])
+        if type(value) in (tuple, list):
+            return type(value)(parts)
+        try:
+            return type(value)(*parts)
+        except Exception:
+            return value
+    return _envcheck_off(value) if which == 0 else value
+
+
+def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fix control
+    import copy
+    import threading
+    state = _envcheck_new_case.__dict__.setdefault("state", threading.local())
+    inside = getattr(state, "inside", None)
+    if inside is not None:
+        return (before if inside == "before" else fixed)(*args, **kwargs)
+    try:
+        saved = copy.deepcopy((args, kwargs))
+    except Exception:
+        saved = None
+    try:
+        state.inside = "fixed"
+        value = fixed(*args, **kwargs)
+        if saved is None:
+            return value
+        state.inside = "before"
+        try:
+            old = before(*saved[0], **saved[1])
+        except Exception:
+            return _envcheck_changed(value, which)
+        try:
+            differs = bool(old != value)
+        except Exception:
+            differs = False
+        return _envcheck_changed(value, which) if differs else value
+    finally:
+        state.inside = None
+
+
+def _envcheck_wrapped(wrapper, fixed):  # the fixed function's signature and doc, its name
+    import functools
+    name, qualname = wrapper.__name__, wrapper.__qualname__
+    functools.update_wrapper(wrapper, fixed)
+    wrapper.__name__, wrapper.__qualname__ = name, qualname
+'''
+
+
+class _Def:
+    """One function of a module: its node and whether it is a method (in a class body)."""
+
+    def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> None:
+        self.node, self.method = node, method
+
+
+def _defs(text: str) -> dict[str, _Def]:
+    """Functions by qualified name, as :mod:`.infection` names them (``#2``: given twice)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = ast.parse(text)
+    found: dict[str, _Def] = {}
+
+    def visit(node: ast.AST, prefix: str, in_class: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = prefix + child.name
+                found[name if name not in found else f"{name}#2"] = _Def(child, in_class)
+                visit(child, name + ".<locals>.", False)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".", True)
+            else:
+                visit(child, prefix, in_class)
+
+    visit(tree, "", False)
+    return found
+
+
+def _own_nodes(node: ast.AST) -> list[ast.AST]:
+    """The nodes of a function's own body (not of functions or classes inside it)."""
+    own: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+                      | ast.Lambda):
+            continue
+        own.append(child)
+        stack.extend(ast.iter_child_nodes(child))
+    return own
+
+
+def _unfit(fixed: _Def, before: _Def | None) -> str | None:
+    """Why a changed function gets no mutant of this operator, or None."""
+    node = fixed.node
+    if before is None:
+        return "new with the fix (nothing before it to differ from)"
+    if node.decorator_list or before.node.decorator_list:
+        return "decorated"
+    if isinstance(node, ast.AsyncFunctionDef) or isinstance(before.node, ast.AsyncFunctionDef):
+        return "a coroutine"
+    own = _own_nodes(node)
+    if any(isinstance(n, ast.Yield | ast.YieldFrom) for n in own):
+        return "a generator"
+    if not any(isinstance(n, ast.Return) and n.value is not None for n in own):
+        return "returns nothing"
+    if fixed.method != before.method:
+        return "moved in or out of a class"
+    return None
+
+
+def _renamed(lines: list[str], name: str, new: str) -> list[str]:
+    pattern = re.compile(rf"\bdef(\s+){re.escape(name)}\b")
+    return [pattern.sub(rf"def\g<1>{new}", lines[0], count=1), *lines[1:]]
+
+
+def _reindented(lines: list[str], old: str, new: str) -> list[str]:
+    return [new + line[len(old):] if line.startswith(old) else line for line in lines]
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]
+
+
+def _render(post: str, base: str, fixed: _Def, before: _Def, helper_after: int,
+            which: int) -> str:
+    """``post`` with ``fixed`` wrapped as the module's doc says, for change ``which``."""
+    lines = post.split("\n")
+    node, old = fixed.node, before.node
+    name = node.name
+    start, end = node.lineno, node.end_lineno or node.lineno
+    indent = _indent(lines[start - 1])
+    base_lines = base.split("\n")[old.lineno - 1:old.end_lineno or old.lineno]
+    fixed_name, before_name = f"{PREFIX}fixed_{name}", f"{PREFIX}before_{name}"
+    if fixed.method:
+        head = f"def {name}({PREFIX}self, *args, **kwargs):"
+        call = (f"return _envcheck_new_case({PREFIX}self.{fixed_name}, "
+                f"{PREFIX}self.{before_name}, args, kwargs, {which})")
+    else:
+        head = f"def {name}(*args, **kwargs):"
+        call = f"return _envcheck_new_case({fixed_name}, {before_name}, args, kwargs, {which})"
+    wrapper = [f"{indent}{head}", f"{indent}    {call}",
+               f"{indent}_envcheck_wrapped({name}, {fixed_name})"]
+    block = [*_renamed(lines[start - 1:end], name, fixed_name), "",
+             *_reindented(_renamed(base_lines, name, before_name), _indent(base_lines[0]),
+                          indent), "", *wrapper]
+    lines[start - 1:end] = block
+    lines[helper_after:helper_after] = ["", *HELPER.rstrip("\n").split("\n"), ""]
+    return "\n".join(lines)
+
+
+def _helper_line(text: str) -> int:
+    """The line after which the helper goes: past the docstring and ``__future__`` imports."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        body = ast.parse(text).body
+    after = 0
+    for i, statement in enumerate(body):
+        docstring = (i == 0 and isinstance(statement, ast.Expr)
+                     and isinstance(statement.value, ast.Constant)
+                     and isinstance(statement.value.value, str))
+        future = isinstance(statement, ast.ImportFrom) and statement.module == "__future__"
+        if not (docstring or future):
+            break
+        after = statement.end_lineno or statement.lineno
+    return after
+
+
+def new_case_variants(fp: FilePatch, source: PythonSource, base: str
+                      ) -> tuple[list[Variant], list[str]]:
+    """The variants of this operator for one file (``fp`` placed in ``source``, the file
+    after the fix; ``base``, before it), and a note for each changed function left out."""
+    lines = set(fp.added_lines())
+    lines.update(b.new_start for h in fp.hunks for b in change_blocks(h) if not b.added)
+    try:
+        changed = sorted(n for n in changed_functions(source.text, lines) if "#" not in n)
+        post_defs, base_defs = _defs(source.text), _defs(base)
+        helper_after = _helper_line(source.text)
+    except (SyntaxError, ValueError, RecursionError):
+        return [], []  # the host cannot parse it: the other operators still can
+    variants: list[Variant] = []
+    notes: list[str] = []
+    for qualname in changed:
+        fixed, before = post_defs.get(qualname), base_defs.get(qualname)
+        if fixed is None:
+            continue
+        why = _unfit(fixed, before)
+        if why is not None:
+            notes.append(f"no {Operator.NEW_CASE_VALUE} mutant of {source.path}:{qualname}: "
+                         f"{why}")
+            continue
+        if len({v.description for v in variants}) >= FUNCTIONS * len(WHICH):
+            notes.append(f"no {Operator.NEW_CASE_VALUE} mutant of {source.path}:{qualname}: "
+                         f"past {FUNCTIONS} functions")
+            continue
+        assert before is not None
+        end = fixed.node.end_lineno or fixed.node.lineno
+        inside = tuple(sorted(n for n in lines if fixed.node.lineno <= n <= end))
+        for which, what in enumerate(WHICH):
+            variants.append(Variant(
+                Operator.NEW_CASE_VALUE, source.path, inside[0] if inside else fixed.node.lineno,
+                f"what {qualname} newly returns (where it differs from before the fix): "
+                f"{what}",
+                partial(_render, source.text, base, fixed, before, helper_after, which),
+                inside))
+    return variants, notes

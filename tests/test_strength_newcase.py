@@ -1,0 +1,132 @@
+"""``new_case_value``: the value a fixed function newly returns, made wrong at run time, and
+the fix's own value everywhere else. Each mutant is imported and called here (synthetic code
+of the test's own), so what it does is asserted, not only what it says."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from pathlib import Path
+from types import ModuleType
+
+from envcheck.kinds.strength import Operator
+from envcheck.kinds.strength.model import Mutant
+from envcheck.kinds.strength.newcase import WHICH
+from tests.test_strength_mutants import generate
+
+BASE = '''"""A module with a docstring and a future import, which must stay first."""
+from __future__ import annotations
+
+
+class Units:
+    def collect(self, expr, depth=0):
+        """Factor and dimension of ``expr``."""
+        if isinstance(expr, tuple):
+            parts = [self.collect(e, depth + 1) for e in expr]
+            return sum(p[0] for p in parts), parts[0][1]
+        if expr < 0:
+            raise ValueError("negative")
+        return expr * 2, "length"
+
+
+def rows(n, *, sep=","):
+    if n == 0:
+        raise ValueError("empty")
+    return [f"{i}{sep}" for i in range(n)]
+
+
+def report(lines):
+    if not lines:
+        raise ValueError("nothing")
+    return "\\n".join(lines)
+'''
+POST = BASE.replace('''        if expr < 0:
+            raise ValueError("negative")
+''', '''        if expr < 0:
+            return -expr, "none"
+''').replace('''    if n == 0:
+        raise ValueError("empty")
+''', '''    if n == 0:
+        return ["-"]
+''').replace('''    if not lines:
+        raise ValueError("nothing")
+''', '''    if not lines:
+        return "no lines\\nat all"
+''')
+
+
+def loaded(tmp_path: Path, mutant: Mutant, name: str) -> ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(mutant.text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def by_function(tmp_path: Path) -> dict[tuple[str, str], ModuleType]:
+    """Each new-case mutant, imported, by (function, what it changes)."""
+    gen = generate(tmp_path, {"pkg/mod.py": BASE}, {"pkg/mod.py": POST})
+    found = {}
+    for i, m in enumerate(m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE):
+        function = m.description.split(" ")[1]
+        what = m.description.rsplit(": ", 1)[1]
+        found[function, what] = loaded(tmp_path, m, f"mutant{i}")
+    return found
+
+
+def test_the_new_value_is_made_wrong_and_every_old_one_kept(tmp_path: Path) -> None:
+    mutants = by_function(tmp_path)
+    assert set(mutants) == {(f, w) for f in ("Units.collect", "rows", "report") for w in WHICH}
+    first, last, short = WHICH
+    for (function, what), module in mutants.items():
+        units = module.Units()
+        # where the program before the fix returns the same, the fix's value, untouched
+        assert units.collect(3) == (6, "length")
+        assert module.rows(2) == ["0,", "1,"]
+        assert module.report(["a", "b"]) == "a\nb"
+        # where it raised, the fix's value changed as the description says
+        if function == "Units.collect":
+            # (-expr, "none") for -3: the recursion of a tuple compares whole programs too
+            assert (units.collect(-3), units.collect((1, -2))) == {
+                first: ((4, "none"), (5, "length")), last: ((3, "non"), (4, "lengt")),
+                short: ((3, "none"), (4, "length"))}[what]
+        elif function == "rows":
+            assert module.rows(0) == {first: ["", ], last: ["-"], short: []}[what]
+        else:
+            assert module.report([]) == {first: "no lines\nat al", last: "no lines\nat all",
+                                         short: "no lines"}[what]
+        # the wrapper keeps the name and the signature callers and frameworks see
+        assert str(inspect.signature(module.Units.collect)) == "(self, expr, depth=0)"
+        assert str(inspect.signature(module.rows)) == "(n, *, sep=',')"
+        assert module.Units.collect.__name__ == "collect"
+        assert module.Units.collect.__doc__ == "Factor and dimension of ``expr``."
+
+
+def test_functions_without_a_value_to_change_are_left_out_with_a_note(tmp_path: Path) -> None:
+    base = ("import functools\n\n\n@functools.cache\ndef cached(x):\n    return x\n\n\n"
+            "def gen(n):\n    yield n\n\n\ndef store(d, k):\n    d[k] = 1\n")
+    post = ("import functools\n\n\n@functools.cache\ndef cached(x):\n    return x + 0\n\n\n"
+            "def gen(n):\n    yield n + 0\n\n\ndef store(d, k):\n    d[k] = 2\n\n\n"
+            "def added(x):\n    return x\n")
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    assert not [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE]
+    notes = {n.split(": ", 1)[0].rsplit(":", 1)[1]: n.split(": ", 1)[1] for n in gen.notes
+             if n.startswith(f"no {Operator.NEW_CASE_VALUE}")}
+    assert notes == {"cached": "decorated", "gen": "a generator", "store": "returns nothing",
+                     "added": "new with the fix (nothing before it to differ from)"}
+
+
+def test_a_value_that_cannot_be_changed_is_the_fix_s(tmp_path: Path) -> None:
+    """``None`` newly returned: the mutant behaves as the fix (a survivor of it is then not
+    distinguished by the recorder, never confirmed)."""
+    base = "def find(d, k):\n    return d[k]\n"
+    post = "def find(d, k):\n    return d.get(k)\n"
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    mutants = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE]
+    assert len(mutants) == len(WHICH)
+    for i, m in enumerate(mutants):
+        module = loaded(tmp_path, m, f"find{i}")
+        assert module.find({}, "k") is None
+        assert module.find({"k": [1, 2]}, "k") == [1, 2]
