@@ -18,14 +18,19 @@ import docker
 import docker.errors
 import pytest
 
+from envcheck.core.clock import SYSTEM_CLOCK, Clock
 from envcheck.registry.cache import Budget, ImageCache
+from envcheck.registry.credentials import CredentialSource, RegistryCredentials
 from envcheck.registry.images import ImageSizes, LocalImages
 from envcheck.registry.ledger import SqliteLedger, ledger_path
 from envcheck.registry.pull import Credentials, Puller, PullTarget, cache_tag
+from envcheck.registry.sizes import ManifestSizes
+from envcheck.registry.watch import TagWatcher
 from tests.registry_images import push_built, push_tiny
 from tests.registryd import Registry
 
-__all__ = ["Pulled", "layered", "local_images", "pulled_images", "push_sized", "target"]
+__all__ = ["Pulled", "layered", "local_images", "manifest_sizes", "pulled_images", "push_sized",
+           "target"]
 
 MB = 1 << 20
 
@@ -113,3 +118,12 @@ def local_images(client: docker.DockerClient, data_dir: Path, budget: Budget | N
     cache = ImageCache(client.api, ledger, budget, stats=puller.stats, pinned=pinned,
                        min_age_s=min_age_s)
     return LocalImages(client.api, puller, cache, sizes=sizes, **options)
+
+
+def manifest_sizes(registry: Registry, monkeypatch: pytest.MonkeyPatch, *,
+                   clock: Clock = SYSTEM_CLOCK) -> ManifestSizes:
+    """Sizes read through the tag watch's HTTP and auth, with the catalogue's credentials."""
+    monkeypatch.setenv("ENVCHECK_TEST_REGISTRY_LOGIN", f"{registry.user}:{registry.password}")
+    credentials = RegistryCredentials(
+        {registry.host: CredentialSource(env="ENVCHECK_TEST_REGISTRY_LOGIN")})
+    return ManifestSizes(TagWatcher(), credentials, clock=clock)

@@ -18,15 +18,12 @@ from envcheck.catalogue.models import Catalogue
 from envcheck.core.errors import EngineUnreachable, RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import Budget, reconcile
-from envcheck.registry.credentials import CredentialSource, RegistryCredentials
 from envcheck.registry.fleet import RegistryImages, RegistrySettings
 from envcheck.registry.images import LocalImages
 from envcheck.registry.pull import PullTarget, cache_tag
-from envcheck.registry.sizes import ManifestSizes
 from envcheck.registry.usage import LayerCache, footprint
-from envcheck.registry.watch import TagWatcher
 from tests.engine_proxy import EngineProxy
-from tests.pulls import MB, Pulled, layered, local_images, push_sized, target
+from tests.pulls import MB, Pulled, layered, local_images, manifest_sizes, push_sized, target
 from tests.registry_images import new_repository
 from tests.registryd import Registry
 
@@ -206,14 +203,6 @@ def test_prefetched_images_count_the_bytes_they_alone_hold(
     assert third.result(timeout=120) is not None
     assert images.ahead == [t0, t1, t2]
     images.close()
-
-
-def manifest_sizes(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> ManifestSizes:
-    """Sizes read through the tag watch's HTTP and auth, with the catalogue's credentials."""
-    monkeypatch.setenv("ENVCHECK_TEST_REGISTRY_LOGIN", f"{registry.user}:{registry.password}")
-    credentials = RegistryCredentials(
-        {registry.host: CredentialSource(env="ENVCHECK_TEST_REGISTRY_LOGIN")})
-    return ManifestSizes(TagWatcher(), credentials)
 
 
 def test_too_large_for_the_budget_refused_before_any_blob_moves(

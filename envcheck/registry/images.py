@@ -8,10 +8,10 @@ the puller:
    is envcheck's pull; an image carrying envcheck's cache tag that this ledger lacks is
    adopted now that this stage uses it; someone else's image is used but never recorded or
    evicted);
-2. else its size is asked of the registry's manifest when ``sizes`` can tell: larger than the
-   whole budget is ``error image_cache_full`` before any byte moves; room is reserved for it
-   (``room.PullRoom``, counting the pulls under way of every process sharing the engine) in
-   its intent in the ledger;
+2. else its size is asked of the registry's manifest when ``sizes`` can tell (less the layers
+   held or claimed by another pull under way, until this pull ends): larger than the whole
+   budget is ``error image_cache_full`` before any byte moves; room is reserved for it
+   (``room.PullRoom``, counting the pulls under way of every process sharing the engine);
 3. it is pulled by digest to the deadline (``pull.Puller``); a disk that fills mid-pull makes
    room and tries once more, else ``image_cache_full``;
 4. the ledger records it, and the cache is brought back under its budget (never evicting the
@@ -29,10 +29,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 import docker
@@ -46,7 +47,7 @@ from envcheck.registry.engine_failures import engine_calls
 from envcheck.registry.ledger import GIVEN_UP, LedgerEntry
 from envcheck.registry.pull import Pulled, Puller, PullTarget, holds
 from envcheck.registry.room import EXPANSION, PullRoom, cache_full
-from envcheck.registry.usage import footprint
+from envcheck.registry.usage import EngineLayers, footprint
 
 __all__ = ["EXPANSION", "ImageSizes", "LocalImage", "LocalImages"]
 
@@ -56,10 +57,17 @@ _FOREIGN_MAX = 4096
 
 
 class ImageSizes(Protocol):
-    """The compressed bytes of an image's layers, from its registry's manifest; None when
-    they cannot be learned (the cache then makes room after the pull instead of before)."""
+    """The compressed bytes of an image's layers a pull will bring, from its registry's
+    manifest; None when they cannot be learned (the cache then makes room after the pull
+    instead of before). A layer counted for a pull under way is claimed for it until
+    ``ended`` (owed once a size was asked, however the pull ends), and left out of the next
+    pulls' sizes meanwhile; ``learn``: the layers of an image just pulled."""
 
     def size(self, target: PullTarget, deadline: float) -> int | None: ...
+
+    def learn(self, target: PullTarget, diff_ids: Sequence[str]) -> None: ...
+
+    def ended(self, target: PullTarget) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +106,9 @@ class LocalImages:
         self.room = PullRoom(api, cache, keep=self._ahead_ids, give_up_ahead=self._drop_last_ahead)
         # told of every image made local (pulled or found), and whether by a prefetch
         self.listeners: list[Callable[[PullTarget, LocalImage, bool], None]] = []
-        # the layers of each image on the engine (an image's layers never change): which
-        # of a manifest's layers a pull would not move (``sizes`` leaves them out)
-        self._image_layers: dict[str, tuple[str, ...]] = {}
+        # which of a manifest's layers a pull would not move (``sizes`` leaves them out)
         if sizes is not None and getattr(sizes, "local_layers", False) is None:
-            sizes.local_layers = self.engine_layers  # type: ignore[attr-defined]
+            sizes.local_layers = EngineLayers(api)  # type: ignore[attr-defined]
         # images someone else pulled, found without envcheck's tag: not looked at again
         self._foreign: OrderedDict[PullTarget, None] = OrderedDict()
         self._pool = ThreadPoolExecutor(max(prefetch_threads, 1),
@@ -194,8 +200,23 @@ class LocalImages:
 
     def _pull(self, target: PullTarget, deadline: float, *, ahead: bool = False
               ) -> LocalImage:
-        budget = self.cache.budget_bytes
         compressed = self._sizes.size(target, deadline) if self._sizes is not None else None
+        try:
+            pulled, size = self._pull_sized(target, deadline, compressed, ahead)
+        finally:  # refused, failed or pulled (its layers learned): its size's claim ends
+            self._claim_ended(target)
+        if ahead:
+            self.stats.prefetched()
+        self.room.trim(target, pulled.image_id, size)
+        return LocalImage(pulled.image_id, pulled.seconds, True, pulled.downloaded)
+
+    def _claim_ended(self, target: PullTarget, _done: object = None) -> None:
+        if self._sizes is not None:
+            self._sizes.ended(target)
+
+    def _pull_sized(self, target: PullTarget, deadline: float, compressed: int | None,
+                    ahead: bool) -> tuple[Pulled, int]:
+        budget = self.cache.budget_bytes
         if compressed is not None and budget is not None and compressed > budget:
             raise cache_full(target, f"its layers alone take {compressed} bytes compressed, "
                               f"more than the whole image cache ({budget} bytes)",
@@ -205,24 +226,20 @@ class LocalImages:
         ledger = self.cache.ledger
         try:
             try:
-                pulled = self._pull_with_room(target, deadline, need)
+                pulled = self.room.pull(self.puller, target, deadline, need)
             except BaseException:
                 ledger.abandon(target.repository, target.digest)
                 raise
             now = datetime.now(UTC)
             attrs = self._api.inspect_image(pulled.image_id)
             size = int(attrs.get("Size") or 0)
-            learn = getattr(self._sizes, "learn", None)
-            if learn is not None:
-                learn(target, list((attrs.get("RootFS") or {}).get("Layers") or []))
+            if self._sizes is not None:
+                self._sizes.learn(target, list((attrs.get("RootFS") or {}).get("Layers") or []))
             ledger.record(LedgerEntry(target.repository, target.digest, pulled.image_id, size,
                                       now, now))
         finally:
             self.room.ended(target)
-        if ahead:
-            self.stats.prefetched()
-        self.room.trim(target, pulled.image_id, size)
-        return LocalImage(pulled.image_id, pulled.seconds, True, pulled.downloaded)
+        return pulled, size
 
     def _drop_last_ahead(self) -> bool:
         """The prefetched image due last no longer counts as ahead, and may be evicted at
@@ -237,19 +254,6 @@ class LocalImages:
         self.cache.release(target.repository, target.digest)
         self.cache.ledger.hold(target.repository, target.digest, GIVEN_UP)
         return True
-
-    def _pull_with_room(self, target: PullTarget, deadline: float, need: int) -> Pulled:
-        try:
-            return self.puller.pull(target, deadline)
-        except RegistryFailed as exc:
-            if exc.reason is not Reason.IMAGE_CACHE_FULL:
-                raise
-            evicted = self.cache.make_room(need, keep_ids=self._ahead_ids(), at_least=1)
-            log.info("the disk filled mid-pull: room made, trying once more",
-                     extra={"image": target.reference, "evicted": len(evicted)})
-            if not evicted:
-                raise
-            return self.puller.pull(target, deadline)
 
     # --- ahead of the probes -----------------------------------------------------------------
     def prefetch(self, targets: Iterable[PullTarget | tuple[str, str]]
@@ -274,14 +278,22 @@ class LocalImages:
                 if self._present(target) is not None:
                     continue
             deadline = time.monotonic() + self._prefetch_timeout_s
-            estimate = self._estimate(target, deadline)
+            estimate = self._estimate(target, deadline)  # its claim ends with the prefetch
             if self.prefetch_bytes is not None and ahead_bytes + estimate > self.prefetch_bytes:
+                self._claim_ended(target)
                 break
-            with self._ahead_lock:
-                self._ahead[target] = estimate
-                self._ahead_since[target] = time.monotonic()
-            self.cache.hold(target.repository, target.digest)
-            futures.append(self._pool.submit(self._prefetch_one, target, deadline, no_room))
+            try:
+                with self._ahead_lock:
+                    self._ahead[target] = estimate
+                    self._ahead_since[target] = time.monotonic()
+                self.cache.hold(target.repository, target.digest)
+                future = self._pool.submit(self._prefetch_one, target, deadline, no_room)
+            except BaseException:
+                self._claim_ended(target)
+                raise
+            # run, given up or cancelled at close: the claim ends (again, if it pulled)
+            future.add_done_callback(partial(self._claim_ended, target))
+            futures.append(future)
         return futures
 
     def _expire_ahead(self) -> None:
@@ -347,24 +359,6 @@ class LocalImages:
             for target in targets:
                 self._ahead.pop(target, None)
                 self._ahead_since.pop(target, None)
-
-    def engine_layers(self) -> frozenset[str]:
-        """The layers (uncompressed digests) of every image on the engine now."""
-        ids = [str(image.get("Id")) for image in self._api.images(all=True)]
-        held: set[str] = set()
-        for image_id in ids:
-            layers = self._image_layers.get(image_id)
-            if layers is None:
-                try:
-                    attrs = self._api.inspect_image(image_id)
-                except docker.errors.NotFound:
-                    continue
-                layers = tuple((attrs.get("RootFS") or {}).get("Layers") or [])
-                self._image_layers[image_id] = layers
-            held.update(layers)
-        for gone in set(self._image_layers) - set(ids):
-            self._image_layers.pop(gone, None)
-        return frozenset(held)
 
     def _unique_bytes(self, image_id: str) -> int:
         """What removing the image would free: its ``Size`` counts the base layers every

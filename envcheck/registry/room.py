@@ -9,14 +9,20 @@ cache brought back under its budget once the pull shows what it took.
   (within its deadline: what they bring in makes older pulls evictable), then takes room from
   the images pulled ahead for later probes (the latest due first, this process's own, then
   the ledger's holds of any process): a probe due now goes before a prefetch. A prefetch that
-  finds none gives up at once. One whose estimate (its manifest's compressed bytes, twice over)
-  does not fit but whose compressed bytes do goes ahead, its room clipped to what is left.
+  finds none gives up at once. One whose estimate does not fit but whose compressed bytes do
+  goes ahead, its room clipped to what is left. The estimate (``sizes.ManifestSizes``): its
+  manifest's compressed bytes, twice over (``EXPANSION``), less the layers the engine holds
+  and those another pull under way in this process counted already (a shared base is
+  downloaded once, so its room is reserved once: by the first pull to ask).
+- **During** (:meth:`PullRoom.pull`): a disk that fills mid-pull has room made, and the pull
+  is tried once more.
 - **After** (:meth:`PullRoom.trim`): back under the budget, never evicting the image just
   pulled; one that alone passes the whole budget is removed again and refused.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -27,10 +33,12 @@ import docker
 from envcheck.core.errors import RegistryFailed
 from envcheck.core.results import Reason
 from envcheck.registry.cache import ImageCache
-from envcheck.registry.pull import PullTarget
+from envcheck.registry.pull import Pulled, Puller, PullTarget
 from envcheck.registry.usage import footprint
 
 __all__ = ["EXPANSION", "PullRoom", "cache_full"]
+
+log = logging.getLogger("envcheck.registry.room")
 
 # A manifest gives its layers' compressed bytes; on the engine's disk they take about this
 # many times more (gzip on filesystem trees). Room is made for the estimate; the refusal of
@@ -102,6 +110,21 @@ class PullRoom:
         self.cache.ledger.begin(target.repository, target.digest, datetime.now(UTC),
                                 reserved_bytes=room, expires_at=expires)
         self._inflight[target] = room
+
+    def pull(self, puller: Puller, target: PullTarget, deadline: float, need: int) -> Pulled:
+        """``target`` pulled into its room; a disk that fills mid-pull has room made (``need``
+        bytes, one image at least) and the pull tried once more, else ``image_cache_full``."""
+        try:
+            return puller.pull(target, deadline)
+        except RegistryFailed as exc:
+            if exc.reason is not Reason.IMAGE_CACHE_FULL:
+                raise
+            evicted = self.cache.make_room(need, keep_ids=self._keep(), at_least=1)
+            log.info("the disk filled mid-pull: room made, trying once more",
+                     extra={"image": target.reference, "evicted": len(evicted)})
+            if not evicted:
+                raise
+            return puller.pull(target, deadline)
 
     def ended(self, target: PullTarget) -> None:
         """``target``'s pull ended (its intent settled in the ledger): on the engine now, or

@@ -10,6 +10,15 @@ engine's own pull GETs it again: there the size is not asked (``None``), and the
 room after the pull instead of before. The same for an answer that is not one image's
 manifest, or a registry that fails: the pull itself then says what the registry does.
 
+A layer is counted once among the pulls under way in this process: the size of a pull
+claims the layers it counted until that pull ends (``ended``), and the next pull's size
+leaves them out. The engine downloads a layer once for pulls at once, and at the start of a
+dataset whose images share a base nothing has been pulled yet, so each pull counted the base
+and the first few reservations took room for it several times over (the prefetches behind
+them found none). When the claiming pull succeeds its layers are learned as the engine's
+(``learn``, before ``ended``); when it fails the next size counts them again. A claim lasts
+at most to its pull's deadline, whatever its caller does.
+
 Adapter: ``TagWatcher`` reads manifests through its ``_get`` (auth dance, tokens, deadline);
 it has no public call for a manifest by digest, so this module uses that one method.
 """
@@ -72,7 +81,8 @@ class ManifestSizes:
     are learned for each image pulled (``learn``: the manifest's layers and the image's
     ``RootFS.Layers`` are in the same order). With ``local_layers`` (the uncompressed digests
     the engine holds now), the size of the next image that shares them, a base most often,
-    leaves them out."""
+    leaves them out; so does the size of a pull while another pull under way in this process
+    counted them (``ended`` ends that pull's claim)."""
 
     def __init__(self, watcher: TagWatcher, credentials: RegistryCredentials, *,
                  clock: Clock = SYSTEM_CLOCK, deadline_s: float = 30.0,
@@ -84,6 +94,8 @@ class ManifestSizes:
         self.local_layers = local_layers
         self._parts: dict[str, list[tuple[str, int]]] = {}  # manifest digest -> its parts
         self._diff_ids: dict[str, str] = {}  # a layer's blob digest -> its diff id
+        # pull under way -> (its deadline, the blobs its size counted): left out of the others'
+        self._claims: dict[PullTarget, tuple[float, frozenset[str]]] = {}
         self._lock = threading.Lock()
         self.asked = 0  # manifests read (a test and the bench count them)
 
@@ -98,7 +110,30 @@ class ManifestSizes:
             while len(self._diff_ids) > MAX_LEARNED:
                 self._diff_ids.pop(next(iter(self._diff_ids)))
 
+    def ended(self, target: PullTarget) -> None:
+        """``target``'s pull ended (pulled, failed or given up): the layers its size counted
+        are no longer left out of the other pulls' (learned as the engine's when pulled)."""
+        with self._lock:
+            self._claims.pop(target, None)
+
+    def claimed(self) -> frozenset[str]:
+        """The blobs the pulls under way counted (what the next size leaves out)."""
+        with self._lock:
+            return self._claimed_by_others(None)
+
+    def _claimed_by_others(self, target: PullTarget | None) -> frozenset[str]:
+        """Under the lock: the blobs the pulls under way but ``target``'s counted; a claim
+        past its pull's deadline is dropped (the pull is cancelled at it)."""
+        now = self._clock.monotonic()
+        for gone in [t for t, (until, _) in self._claims.items() if until <= now]:
+            del self._claims[gone]
+        return frozenset().union(*(blobs for t, (_, blobs) in self._claims.items()
+                                   if t != target))
+
     def size(self, target: PullTarget, deadline: float) -> int | None:
+        """The bytes ``target``'s pull will bring (see the module's doc); the layers counted
+        are claimed for it until :meth:`ended`, which the caller owes once the size is
+        asked, whatever it answered."""
         ref = ImageReference.parse(target.reference)
         if ref.registry == DOCKER_HUB:
             return None  # a manifest GET is a pull there
@@ -127,4 +162,9 @@ class ManifestSizes:
                 self._parts.pop(next(iter(self._parts)))
             known = {blob: self._diff_ids[blob] for blob, _ in parts if blob in self._diff_ids}
         held = set(self.local_layers()) if known and self.local_layers is not None else set()
-        return sum(size for blob, size in parts if known.get(blob) not in held or not blob)
+        brings = [(blob, size) for blob, size in parts if known.get(blob) not in held or not blob]
+        with self._lock:  # claimed and counted in one step: two sizes at once count a blob once
+            others = self._claimed_by_others(target)
+            counted = [(blob, size) for blob, size in brings if not blob or blob not in others]
+            self._claims[target] = (deadline, frozenset(blob for blob, _ in counted if blob))
+        return sum(size for _, size in counted)

@@ -24,7 +24,7 @@ from typing import Any
 import docker
 import docker.errors
 
-__all__ = ["DiskFootprint", "ImageDisk", "LayerCache", "footprint"]
+__all__ = ["DiskFootprint", "EngineLayers", "ImageDisk", "LayerCache", "footprint"]
 
 Layers = tuple[tuple[str, int], ...]  # (layer key, bytes), oldest first
 
@@ -93,6 +93,37 @@ class LayerCache:
             while len(self._layers) > self._capacity:
                 self._layers.popitem(last=False)
         return listed
+
+
+class EngineLayers:
+    """Called: the layers (uncompressed digests) of every image on the engine now, which a
+    pull of an image sharing them does not move (``sizes.ManifestSizes.local_layers``). An
+    image's layers never change: each is inspected once while it stays on the engine."""
+
+    def __init__(self, api: docker.APIClient) -> None:
+        self._api = api
+        self._lock = threading.Lock()
+        self._image_layers: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self) -> frozenset[str]:
+        ids = [str(image.get("Id")) for image in self._api.images(all=True)]
+        held: set[str] = set()
+        for image_id in ids:
+            with self._lock:
+                layers = self._image_layers.get(image_id)
+            if layers is None:
+                try:
+                    attrs = self._api.inspect_image(image_id)
+                except docker.errors.NotFound:
+                    continue
+                layers = tuple((attrs.get("RootFS") or {}).get("Layers") or [])
+                with self._lock:
+                    self._image_layers[image_id] = layers
+            held.update(layers)
+        with self._lock:
+            for gone in set(self._image_layers) - set(ids):
+                del self._image_layers[gone]
+        return frozenset(held)
 
 
 def footprint(api: docker.APIClient, ours: Iterable[str], layer_cache: LayerCache
