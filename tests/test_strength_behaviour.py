@@ -143,6 +143,22 @@ def outer(n):
 def quiet(values):
     values.append(1)
     return len(values)
+
+
+def reraised(path):
+    try:
+        open(path)
+    except OSError as exc:
+        exc.strerror = "gone"
+        raise
+
+
+def handled(path):
+    try:
+        open(path)
+    except OSError:
+        pass
+    return None
 '''
 
 
@@ -210,3 +226,39 @@ def test_a_long_output_is_kept_as_its_length_a_digest_and_a_head() -> None:
     again = module._Output("stdout", 10)
     again.add("abc " * 30)  # written at once or in pieces: the same
     assert again.said() == said
+
+
+def test_a_re_raise_is_a_raise_a_handled_error_a_return_and_quiet_calls_are_not_recorded(
+        recorder: tuple[ModuleType, ModuleType], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``except OSError: ...; raise`` leaves no "exception" event after its lines: it is
+    still recorded as the raise it is (the gold patch's own re-raise was "returned None",
+    and a mutant that only adds a frame around it looked different); an error handled inside
+    is a return; calls while ``QUIET`` is up (a control's own comparison run) are not
+    recorded."""
+    module, shown = recorder
+    lines = {n: i + 1 for i, n in enumerate(SOURCE.split("\n"))}
+    targets = [[str(tmp_path / "shown.py"), name, [lines[f"def {name}(path):"]],
+                f"shown:{name}"] for name in ("reraised", "handled")]
+    rec: Any = module._Recorder({"out": str(tmp_path), "targets": targets})
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "t.py::t (call)")
+    missing = str(tmp_path / "missing")
+    previous = sys.gettrace()
+    sys.settrace(rec.tracer)
+    try:
+        with pytest.raises(FileNotFoundError):
+            shown.reraised(missing)
+        assert shown.handled(missing) is None
+        module.QUIET[0] += 1
+        try:
+            assert shown.handled(missing) is None
+        finally:
+            module.QUIET[0] -= 1
+        rec.write()
+    finally:
+        sys.settrace(previous)
+    found = parse_recording(next(tmp_path.glob("*.json")).read_text())
+    [raised] = found["t.py::t\tshown:reraised"].first
+    assert raised[:2] == ("raise", "builtins.FileNotFoundError(2, 'No such file or directory')")
+    handled = found["t.py::t\tshown:handled"]
+    assert handled.count == 1 and handled.first[0][:2] == ("return", "None")

@@ -29,10 +29,10 @@ class Units:
         return expr * 2, "length"
 
 
-def rows(n, *, sep=","):
+def rows(n, *extra, sep=",", **options):
     if n == 0:
         raise ValueError("empty")
-    return [f"{i}{sep}" for i in range(n)]
+    return [f"{i}{sep}" for i in range(n)] + list(extra)
 
 
 def report(lines):
@@ -99,7 +99,12 @@ def test_the_new_value_is_made_wrong_and_every_old_one_kept(tmp_path: Path) -> N
                                          short: "no lines"}[what]
         # the wrapper keeps the name and the signature callers and frameworks see
         assert str(inspect.signature(module.Units.collect)) == "(self, expr, depth=0)"
-        assert str(inspect.signature(module.rows)) == "(n, *, sep=',')"
+        assert str(inspect.signature(module.rows)) == "(n, *extra, sep=',', **options)"
+        # keyword-only and variable arguments go through
+        assert module.rows(2, "x", sep=";", z=1) == ["0;", "1;", "x"]
+        # the recorder of survivors sees the fixed function's arguments by their names
+        code = module.Units.collect.__code__
+        assert code.co_varnames[:code.co_argcount] == ("self", "expr", "depth")
         assert module.Units.collect.__name__ == "collect"
         assert module.Units.collect.__doc__ == "Factor and dimension of ``expr``."
 
@@ -130,3 +135,20 @@ def test_a_value_that_cannot_be_changed_is_the_fix_s(tmp_path: Path) -> None:
         module = loaded(tmp_path, m, f"find{i}")
         assert module.find({}, "k") is None
         assert module.find({"k": [1, 2]}, "k") == [1, 2]
+
+
+def test_a_call_the_old_function_could_not_take_is_new_api_not_a_new_case(
+        tmp_path: Path) -> None:
+    """A parameter the fix adds: the old function refuses the call, and the fix's value is
+    kept (what it returns there is new API, not a case of the old function answered wrong);
+    a call both take, where the old one raised, is the new case."""
+    base = ("def load(path):\n    if path.endswith('.toml'):\n        raise ValueError(path)\n"
+            "    return 'text'\n")
+    post = ("def load(path, binary=False):\n    if path.endswith('.toml'):\n"
+            "        return 'toml'\n    return 'bytes' if binary else 'text'\n")
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
+               and m.description.endswith(WHICH[0])]
+    module = loaded(tmp_path, first, "load")
+    assert (module.load("a.txt"), module.load("a.txt", binary=True)) == ("text", "bytes")
+    assert module.load("a.toml") == "tom"  # the case the old function raised on

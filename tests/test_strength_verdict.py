@@ -237,3 +237,28 @@ def test_a_whole_outcome_is_reused_for_the_same_sample_and_rules_only() -> None:
 def test_min_competent_at_its_default_keeps_old_spec_hashes() -> None:
     assert "min_competent" not in Strength().model_dump()
     assert Strength(min_competent=5).model_dump()["min_competent"] == 5
+
+
+def test_the_new_case_left_unchecked_is_weak_whatever_else_is_killed() -> None:
+    """Twenty mutants refused, and a confirmed survivor among the ``new_case_value`` ones:
+    the value the fix newly returns is never checked, a weak verifier though the score over
+    all is 0.95; with that survivor killed, or only not distinguished, it is not weak."""
+    killed = [mutant(K, i) for i in range(20)]
+    new_case = [mutant(K, 20, "new_case_value"), mutant(S, 21, "new_case_value")]
+    found = StrengthOutcome([*killed, *new_case])
+    assert (found.score(), found.new_case_score()) == (pytest.approx(21 / 22), 0.5)
+    assert found.weak(PLAN.min_score, PLAN.min_competent)
+    verdict = judge(PASSED, found, PLAN)
+    assert (verdict.status, verdict.reason) == (Status.PASS, Reason.WEAK_VERIFIER)
+    assert "the value the fix newly returns, made wrong: 1 of 2 killed (score 0.50)" in \
+        verdict.summary
+    assert verdict.details["strength"]["new_case_score"] == 0.5
+    for other in (mutant(K, 21, "new_case_value"),
+                  mutant(S, 21, "new_case_value", Survivor.NOT_DISTINGUISHED)):
+        fine = StrengthOutcome([*killed, new_case[0], other])
+        assert not fine.weak(PLAN.min_score, PLAN.min_competent)
+        assert judge(PASSED, fine, PLAN).reason is Reason.OK
+    # an unclassified one that would decide makes it undecided, not weak
+    open_case = StrengthOutcome([*killed, new_case[0],
+                                 mutant(S, 21, "new_case_value", Survivor.UNCLASSIFIED)])
+    assert open_case.undecided(PLAN.min_score, PLAN.min_competent)

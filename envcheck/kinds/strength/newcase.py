@@ -10,15 +10,20 @@ No static edit makes that shape for an arbitrary fix, so the mutant decides at r
 
 - each function whose lines the gold patch changes (and that existed before it: a new
   function has no "before") is renamed, the function as it was before the patch is added
-  beside it, and a wrapper takes the name (``functools.update_wrapper``: same signature);
+  beside it, and a wrapper with the fixed function's parameters takes the name (the
+  recorder of :mod:`.survivors` sees the same arguments; ``functools.update_wrapper`` gives
+  it the fixed function's doc and signature object);
 - the wrapper calls the fixed function, then the function before the fix on a deep copy of
   the arguments; when the two differ (or the old one raised), the fixed value is handed back
-  changed (:data:`WHICH`): its first part, its last part, or one part short. A value that
-  cannot be changed that way (``None``, an object with no ``+ 1``) is handed back as is: the
-  mutant then behaves as the fix, and the survivor is not distinguished, never confirmed;
+  changed (:data:`WHICH`): its first part, its last part, or one part short. A call the old
+  function could not take (an argument the fix added) is new API, not a new case of the old
+  one: its value is the fix's. A value that cannot be changed that way (``None``, an object
+  with no ``+ 1``) is handed back as is: the mutant then behaves as the fix, and the
+  survivor is not distinguished, never confirmed;
 - calls made while the wrapper runs (recursion) go to the function of the run they are made
   in, the fixed one or the one before: the outermost call compares the program before the
-  fix with the program after it, and only that call's value is changed.
+  fix with the program after it, and only that call's value is changed. The run before the
+  fix is the control's own, not the program's: the recorder does not record it.
 
 Skipped, with a note: decorated functions (a wrapper would have to re-create the decorator),
 generators and coroutines (their value is not a return), functions that return nothing.
@@ -97,8 +102,14 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
     inside = getattr(state, "inside", None)
     if inside is not None:
         return (before if inside == "before" else fixed)(*args, **kwargs)
-    try:
-        saved = copy.deepcopy((args, kwargs))
+    import inspect
+    try:  # the arguments the caller gave (a parameter left at its default is not passed on)
+        signature = inspect.signature(fixed)
+        bound = signature.bind(*args, **kwargs)
+        for name, parameter in signature.parameters.items():
+            if name in bound.arguments and bound.arguments[name] is parameter.default:
+                del bound.arguments[name]
+        saved = copy.deepcopy((bound.args, bound.kwargs))
     except Exception:
         saved = None
     try:
@@ -106,11 +117,22 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
         value = fixed(*args, **kwargs)
         if saved is None:
             return value
+        try:
+            inspect.signature(before).bind(*saved[0], **saved[1])
+        except TypeError:  # a call the function before the fix could not take: new API
+            return value
+        except ValueError:
+            pass
         state.inside = "before"
+        import sys
+        quiet = getattr(sys.modules.get("_envcheck_record"), "QUIET", [0])
+        quiet[0] += 1
         try:
             old = before(*saved[0], **saved[1])
         except Exception:
             return _envcheck_changed(value, which)
+        finally:
+            quiet[0] -= 1
         try:
             differs = bool(old != value)
         except Exception:
@@ -187,6 +209,8 @@ def _unfit(fixed: _Def, before: _Def | None) -> str | None:
         return "returns nothing"
     if fixed.method != before.method:
         return "moved in or out of a class"
+    if fixed.method and not (node.args.posonlyargs or node.args.args):
+        return "a method with no positional parameter for its instance"
     return None
 
 
@@ -213,14 +237,12 @@ def _render(post: str, base: str, fixed: _Def, before: _Def, helper_after: int,
     indent = _indent(lines[start - 1])
     base_lines = base.split("\n")[old.lineno - 1:old.end_lineno or old.lineno]
     fixed_name, before_name = f"{PREFIX}fixed_{name}", f"{PREFIX}before_{name}"
-    if fixed.method:
-        head = f"def {name}({PREFIX}self, *args, **kwargs):"
-        call = (f"return _envcheck_new_case({PREFIX}self.{fixed_name}, "
-                f"{PREFIX}self.{before_name}, args, kwargs, {which})")
-    else:
-        head = f"def {name}(*args, **kwargs):"
-        call = f"return _envcheck_new_case({fixed_name}, {before_name}, args, kwargs, {which})"
-    wrapper = [f"{indent}{head}", f"{indent}    {call}",
+    args, kwargs, receiver = _forwarded(node.args, fixed.method)
+    where = f"{receiver}." if receiver else ""
+    # the fixed function's own parameters: the recorder sees the same arguments by name
+    wrapper = [f"{indent}def {name}({ast.unparse(node.args)}):",
+               f"{indent}    return _envcheck_new_case({where}{fixed_name}, {where}{before_name}, "
+               f"{args}, {kwargs}, {which})",
                f"{indent}_envcheck_wrapped({name}, {fixed_name})"]
     block = [*_renamed(lines[start - 1:end], name, fixed_name), "",
              *_reindented(_renamed(base_lines, name, before_name), _indent(base_lines[0]),
@@ -228,6 +250,20 @@ def _render(post: str, base: str, fixed: _Def, before: _Def, helper_after: int,
     lines[start - 1:end] = block
     lines[helper_after:helper_after] = ["", *HELPER.rstrip("\n").split("\n"), ""]
     return "\n".join(lines)
+
+
+def _forwarded(args: ast.arguments, method: bool) -> tuple[str, str, str | None]:
+    """The wrapper's call of the function it wraps: its positional arguments as a tuple, its
+    keyword ones as a dict, and the receiver (a method's first parameter) or None."""
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    receiver = positional.pop(0) if method else None
+    if args.vararg is not None:
+        positional.append(f"*{args.vararg.arg}")
+    keywords = [f"{a.arg!r}: {a.arg}" for a in args.kwonlyargs]
+    if args.kwarg is not None:
+        keywords.append(f"**{args.kwarg.arg}")
+    return (f"({', '.join(positional)}{',' if positional else ''})",
+            "{" + ", ".join(keywords) + "}", receiver)
 
 
 def _helper_line(text: str) -> int:

@@ -13,13 +13,14 @@ from typing import Any
 from envcheck.catalogue.probe_specs import MIN_COMPETENT
 from envcheck.core.results import CommandEvidence
 
-__all__ = ["DIFF_MAX", "MIN_COMPETENT", "OUTPUTS", "PATCH", "Outcome", "Played",
+__all__ = ["DIFF_MAX", "MIN_COMPETENT", "NEW_CASE", "OUTPUTS", "PATCH", "Outcome", "Played",
            "StrengthOutcome", "Survivor"]
 
 DIFF_MAX = 4096  # characters of a survivor's diff kept
 # ``generated["of"]``, set on every path: what the controls change, a gold patch (wrong-fix
 # controls) or a script oracle's outputs (wrong-output controls); the summary names it
 PATCH, OUTPUTS = "patch", "outputs"
+NEW_CASE = "new_case_value"  # the operator whose mutants are also scored on their own
 
 
 class Outcome(StrEnum):
@@ -127,13 +128,30 @@ class StrengthOutcome:
         told = self.killed() + self.confirmed()
         return self.killed() / told if told >= max(min_competent, 1) else None
 
+    def new_case_score(self) -> float | None:
+        """The score of the ``new_case_value`` mutants alone (the value the fix newly
+        returns, made wrong), or None when none of them was told apart from the fix."""
+        rows = [m for m in self.mutants if m.operator == NEW_CASE]
+        killed = sum(m.outcome.killed for m in rows)
+        told = killed + sum(m.confirmed for m in rows)
+        return killed / told if told else None
+
     def _below(self, min_score: float, min_competent: int, unclassified: bool) -> bool:
+        """The score, or the new case's alone, below ``min_score`` (a verifier that never
+        checks the value the fix newly returns is weak however many edits it refuses: those
+        are most often refused by the assertions on the inputs that worked before)."""
         if self.score(min_competent) is None:
             return False
-        killed = self.killed() + len(self.unplayed)  # as if every unplayed one were killed
-        failed = self.confirmed() + (len(self.survivors(Survivor.UNCLASSIFIED))
-                                     if unclassified else 0)
-        return killed / (killed + failed) < min_score
+        for rows in (self.mutants, [m for m in self.mutants if m.operator == NEW_CASE]):
+            # as if every unplayed one were killed
+            killed = sum(m.outcome.killed for m in rows) + (
+                len(self.unplayed) if rows is self.mutants else 0)
+            failed = sum(m.confirmed or (unclassified and m.outcome is Outcome.SURVIVED
+                                         and m.survivor is Survivor.UNCLASSIFIED)
+                         for m in rows)
+            if killed + failed and killed / (killed + failed) < min_score:
+                return True
+        return False
 
     def weak(self, min_score: float, min_competent: int = MIN_COMPETENT) -> bool:
         """The score is below ``min_score`` even if every unplayed mutant were killed."""

@@ -34,6 +34,10 @@ __all__ = ["RECORDING_MAX", "Recorded", "recorded"]
 FOLDER = "/var/tmp/envcheck-record"  # the module, its installer and the targets
 OUT = "/tmp/envcheck-record"  # what each process records
 RECORDING_MAX = 8 * 1024 * 1024  # bytes of records read back
+# distinct events kept per test and function: past them the record is not whole and is not
+# compared. A runner that sets no test name per test (sympy's own) puts a whole file's calls
+# under one key: 32 was too few for one function called with 120 inputs.
+DISTINCT = 256
 _INSTALLED = "envcheck:recorder-in:"
 _SOURCE = files(__package__).joinpath("recorder")
 # where interpreters live besides PATH: system, conda (SWE-bench's images), pyenv, venvs
@@ -83,7 +87,8 @@ class Recorded:
 class _Recorder:
     def __init__(self, ctx: ProbeContext, spec: TestSpec, rows: list[list[object]]) -> None:
         self.ctx, self.spec = ctx, spec
-        self.config = json.dumps({"out": OUT, "targets": rows}).encode()
+        self.config = json.dumps({"out": OUT, "targets": rows,
+                                  "distinct": DISTINCT}).encode()
         self.result = Recorded()
 
     def install(self, sandbox: Sandbox) -> Problem | None:

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from envcheck.catalogue.probe_specs import Strength
-from envcheck.kinds.strength.played import OUTPUTS, Outcome, Played, StrengthOutcome, Survivor
+from envcheck.kinds.strength.played import (
+    NEW_CASE,
+    OUTPUTS,
+    Outcome,
+    Played,
+    StrengthOutcome,
+    Survivor,
+)
 from envcheck.kinds.strength.sampling import Rejection
 
 __all__ = ["OPERATOR_COLUMNS", "details", "tally"]
@@ -59,12 +66,14 @@ def _listed(mutants: Sequence[Played]) -> list[dict[str, Any]]:
 def details(outcome: StrengthOutcome, plan: Strength) -> dict[str, Any]:
     counts = outcome.counts()
     score = outcome.score(plan.min_competent)
+    new_case = outcome.new_case_score()
     apart = outcome.survivors(Survivor.NOT_DISTINGUISHED, Survivor.UNCOVERED,
                               Survivor.UNCLASSIFIED)
     info: dict[str, Any] = {
         "played": outcome.not_played is None, "require": plan.require,
         "min_score": plan.min_score, "min_competent": plan.min_competent,
         "score": None if score is None else round(score, 4),
+        "new_case_score": None if new_case is None else round(new_case, 4),
         "counts": {**{str(o): counts[o] for o in Outcome},
                    **{str(s): len(outcome.survivors(s)) for s in Survivor}},
         "per_operator": _per_operator(outcome),
@@ -97,6 +106,13 @@ def tally(outcome: StrengthOutcome, plan: Strength) -> str:
     fix = "the oracle's output" if outcome.generated.get("of") == OUTPUTS else "the fix"
     what = (f"{generated} generated: {killed} of {killed + confirmed} mutant(s) told apart from "
             f"{fix} killed" + (f" (score {score:.2f})" if score is not None else ""))
+    told = [m for m in outcome.mutants if m.operator == NEW_CASE
+            and (m.outcome.killed or m.confirmed)]
+    new_score = outcome.new_case_score()
+    if told and new_score is not None:
+        what += (f"; the value the fix newly returns, made wrong: "
+                 f"{sum(m.outcome.killed for m in told)} of {len(told)} killed "
+                 f"(score {new_score:.2f})")
     aside = []
     for kind, said in ((Survivor.NOT_DISTINGUISHED, "not distinguished from the fix on the "
                         "tests' inputs"), (Survivor.UNCOVERED, "in a hunk the tests pass "

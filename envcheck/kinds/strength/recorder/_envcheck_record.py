@@ -29,6 +29,7 @@ Written for any Python from 3.6 (the task's interpreter, not envcheck's): no f-s
 """
 
 import atexit
+import dis
 import hashlib
 import json
 import os
@@ -45,6 +46,11 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
 _PHASE = re.compile(r" \((setup|call|teardown)\)$")
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
 _MISSING = object()
+# Above 0 while a wrong-fix mutant of the ``new_case_value`` operator runs the program as it
+# was before the fix, to compare: those calls are the control's own, not the program's
+# behaviour, and are not recorded (the mutant's helper counts up and down here).
+QUIET = [0]
+_RETURNS = set(dis.opmap[n] for n in ("RETURN_VALUE", "RETURN_CONST") if n in dis.opmap)
 
 
 class _Recorder:
@@ -165,7 +171,7 @@ class _Recorder:
         return [event[0], event[1][:cut], [[n, v[:cut]] for n, v in event[2]], event[3][:cut]]
 
     def tracer(self, frame: FrameType, event: str, arg: Any) -> Optional[Tracer]:
-        if event != "call":
+        if event != "call" or QUIET[0]:
             return None
         code = frame.f_code
         label = self.label_of(code)
@@ -180,6 +186,7 @@ class _Recorder:
                     and type(value) is not tuple and type(value) is not frozenset:
                 held.append((name, value))
         pending: List[Any] = [None]
+        last: List[Any] = [None]  # the last exception seen in the frame, kept past its lines
         recorder = self
         tees = _catch(self.head)
 
@@ -187,13 +194,16 @@ class _Recorder:
             if event == "line":
                 pending[0] = None
             elif event == "exception":
-                pending[0] = arg[1]
+                pending[0] = last[0] = arg[1]
             elif event == "return":
                 written = _release(tees)
                 state = [[n, recorder.shape(v)] for n, v in held]
-                if pending[0] is not None and arg is None:
-                    recorder.record(label, ["raise", recorder.shape(pending[0]), state,
-                                            written])
+                raised = pending[0] if arg is None else None
+                if arg is None and raised is None and last[0] is not None \
+                        and _unwinding(frame):
+                    raised = last[0]  # ``except ...: raise`` gives no event of its own
+                if raised is not None:
+                    recorder.record(label, ["raise", recorder.shape(raised), state, written])
                 else:
                     recorder.record(label, ["return", recorder.shape(arg), state, written])
             return local
@@ -297,6 +307,16 @@ def _release(tees: List[_Tee]) -> str:
         if output.size:
             said.append(output.said())
     return "; ".join(said)
+
+
+def _unwinding(frame: FrameType) -> bool:
+    """Whether ``frame`` ends by an exception rather than a ``return``: its instruction is
+    not a return (an ``except`` clause's bare ``raise`` leaves no "exception" event after
+    its lines); False when that cannot be read."""
+    try:
+        return frame.f_code.co_code[frame.f_lasti] not in _RETURNS
+    except Exception:
+        return False
 
 
 def _start() -> None:
