@@ -147,7 +147,8 @@ def strength_row(result: dict[str, Any], seconds: float) -> dict[str, Any]:
     info = result["details"].get("strength", {})
     counts = info.get("counts", {})
     return {"status": result["status"], "reason": result["reason"], "seconds": round(seconds, 1),
-            "score": info.get("score"), "killed": counts.get("killed", 0)
+            "score": info.get("score"), "new_case_score": info.get("new_case_score"),
+            "killed": counts.get("killed", 0)
             + counts.get("killed_p2p", 0), "confirmed": counts.get("confirmed", 0),
             "not_distinguished": counts.get("not_distinguished", 0),
             "uncovered_hunk": counts.get("uncovered_hunk", 0),
@@ -166,7 +167,9 @@ def verdict(row: dict[str, Any], min_score: float, min_competent: int) -> str:
     told = row["killed"] + row["confirmed"]
     if told < min_competent:
         return "not_measurable"
-    return "weak" if row["killed"] / told < min_score else "ok"
+    new_case = row.get("new_case_score")  # the new case's own score counts as well
+    return "weak" if row["killed"] / told < min_score or (
+        new_case is not None and new_case < min_score) else "ok"
 
 
 def summarise(rows: dict[str, dict[str, Any]], split: dict[str, str]) -> dict[str, Any]:
@@ -243,7 +246,8 @@ def markdown(report: dict[str, Any]) -> str:
             cells.append("not run" if r is None else
                          f"{r['reason']}, {r['score']} ({r['killed']}/{r['confirmed']}, "
                          f"{r['not_distinguished']}+{r.get('uncovered_hunk', 0)}+"
-                         f"{r['unclassified']})")
+                         f"{r['unclassified']})" + ("" if r.get("new_case_score") is None
+                                                    else f", new case {r['new_case_score']}"))
         wrong = row.get("wrong", {})
         ok = sum(w["verified"] for w in wrong.values())
         secs = ("-" if "original" not in row or "weak" not in row else
