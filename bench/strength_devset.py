@@ -203,7 +203,8 @@ def summarise(rows: dict[str, dict[str, Any]], split: dict[str, str]) -> dict[st
 def run(ids: list[str], with_wrong: bool, only_wrong: bool = False) -> dict[str, Any]:
     """(a) and (b) for each instance, then (c) if ``with_wrong``; (c) alone if ``only_wrong``."""
     catalogue, parts = write_catalogue(ids, with_wrong or only_wrong)
-    (OUT / "store.db").unlink(missing_ok=True)
+    for name in ("store.db", "store.db-wal", "store.db-shm"):  # a killed run leaves its WAL
+        (OUT / name).unlink(missing_ok=True)
     split = {i: sources()["instances"][i]["split"] for i in ids}
     rows: dict[str, dict[str, Any]] = {i: {"split": split[i]} for i in ids}
     for part in () if only_wrong else ("original", "weak"):

@@ -106,6 +106,9 @@ def test_a_flagged_environment_is_probed_ahead_of_the_queue_and_passes_here(
     assert rollouts["by_outcome"] == {"ok": 170, "sandbox_lost": 20, "verifier_error": 10}
     assert rollouts["failure_rate"] == pytest.approx(0.15)
     assert rollouts["fleet_rate"] == 0.0 and rollouts["flagged_at"] is not None
+    # each environment is judged in its turn of the same pass: the others may come just after
+    d.wait("the others' rollouts judged",
+           lambda: all(environment(d, e)["rollouts"] is not None for e in OTHERS))
     for env_id in OTHERS:
         assert environment(d, env_id)["rollouts"]["flagged"] is False
     d.wait("the escalation", lambda: d.events("rollouts flagged an environment: probing "

@@ -326,6 +326,10 @@ if strength is not None:
     if strength.score is not None:
         st.markdown(f"Score **{strength.score:.2f}** (`{strength.reason}`): the share of the "
                     "mutants told apart from the fix that the tests refuse.")
+        if strength.new_case_score is not None:
+            st.markdown(f"New case **{strength.new_case_score:.2f}**: the same share over the "
+                        "`new_case_value` mutants alone (the value the fix newly returns, made "
+                        "wrong); either score below `min_score` is a weak verifier.")
     else:
         st.markdown(f"**Not measurable** (`{strength.reason}`): {strength.not_measurable}")
     ui.table(strength.operators, key="strength-operators", empty="No mutant was generated.")

@@ -17,13 +17,14 @@ __all__ = ["StrengthView", "strength_view"]
 @dataclass(frozen=True, slots=True)
 class StrengthView:
     """What the page shows: the score (None: not measurable) and why not, the verdict's
-    reason, the rows per operator and per survivor."""
+    reason, the rows per operator and per survivor, and the new case's own score."""
 
     reason: str
     score: float | None
     not_measurable: str | None
     operators: list[dict[str, Any]] = field(default_factory=list)
     survivors: list[dict[str, Any]] = field(default_factory=list)
+    new_case_score: float | None = None  # the new_case_value mutants' own score, if any
 
 
 def _survivor(row: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -47,7 +48,8 @@ def strength_view(latest: Sequence[StoredResult]) -> StrengthView | None:
                  if isinstance(r, dict)]
     survivors += [_survivor(r, "not_distinguished") for r in info.get("survivors_apart") or ()
                   if isinstance(r, dict)]
-    score = info.get("score")
+    score, new_case = info.get("score"), info.get("new_case_score")
     why = info.get("not_measurable") or info.get("why")
     return StrengthView(tests[0].reason, score if isinstance(score, float | int) else None,
-                        str(why) if why else None, operators, survivors)
+                        str(why) if why else None, operators, survivors,
+                        new_case if isinstance(new_case, float | int) else None)
