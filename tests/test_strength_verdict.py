@@ -26,7 +26,7 @@ from envcheck.kinds.strength.verdict import (
 )
 
 PASSED = Verdict(Status.PASS, Reason.OK, "2 runs agree", {"runs": []})
-PLAN = Strength(min_score=0.8)  # the arithmetic below is written for 0.8, not the default
+PLAN = Strength()
 SEED = "sha256:abc|spec"
 
 

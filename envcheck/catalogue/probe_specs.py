@@ -229,7 +229,7 @@ class Strength(CatalogueModel):
 
     require: bool = Field(False, description=(
         "a score below min_score fails the probe (quarantines) instead of a degraded pass"))
-    min_score: float = Field(0.9, ge=0.0, le=1.0, description=(
+    min_score: float = Field(0.8, ge=0.0, le=1.0, description=(
         "the share of the mutants told apart from the fix (killed, or surviving with a "
         "behaviour of their own on the tests' inputs) the tests must kill"))
     min_competent: int = Field(MIN_COMPETENT, ge=1, le=100, description=(
