@@ -8,14 +8,14 @@ pre-pulled, and against pull-then-validate.
 
 Debian's ``docker-registry`` 2.8 runs on 127.0.0.1 (tests/registryd.py) behind a proxy that
 passes at most ``--rate-mb`` MB/s, all connections together (tests/registry_proxy.py's
-``ThrottledProxy``), as a remote registry would. The dataset: ``--images`` images, each the
-demo's healthy task image (``envcheck-demo/healthy``, on the engine already: its layers are
-nobody's pull) plus a layer of its own of random bytes (incompressible), of sizes spread
-evenly from ``--min-mb`` to ``--max-mb``, built and pushed to the registry, then removed
-from the engine. Each is an environment with ``pull: watch`` named through the proxy,
-probed for ``terminal`` and ``dependencies``, ``--concurrency`` at a time, on envcheck's
-check cycle (``executors.cycle.run_cycle`` with the services ``envcheck check`` builds), in
-three ways, one after the other in one run:
+``ThrottledProxy``, in a process of its own), as a remote registry would. The dataset:
+``--images`` images, each the demo's healthy task image (``envcheck-demo/healthy``, on the
+engine already: its layers are nobody's pull) plus a layer of its own of random bytes
+(incompressible), of sizes spread evenly from ``--min-mb`` to ``--max-mb``, built and pushed to
+the registry, then removed from the engine. Each is an environment with ``pull: watch`` named
+through the proxy, probed for ``terminal`` and ``dependencies``, ``--concurrency`` at a time,
+on envcheck's check cycle (``executors.cycle.run_cycle`` with the services ``envcheck check``
+builds), in three ways, one after the other in one run:
 
 A. **pipeline**: the image cache's budget ``--budget-mb`` (the dataset is >= 4x that), and
    ``envcheck check``'s pipeline: the images of the environments not started yet pulled
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -74,13 +75,55 @@ from envcheck.registry.watch import TagWatcher
 from envcheck.sandbox.docker import DockerRuntime
 from envcheck.store import open_store
 from tests.registry_images import push_built
-from tests.registry_proxy import ThrottledProxy
 from tests.registryd import Registry
 
 BASE = "envcheck-demo/healthy:latest"
 KINDS = [ProbeKind.TERMINAL, ProbeKind.DEPENDENCIES]
 TARGET_RATIO = 1.3
 MB = 10**6
+
+
+def _serve(conn: Any, registry_port: int, rate: Any) -> None:
+    """The child's side of :class:`ProxyProcess`: the proxy, its rate read from ``rate``."""
+    from tests.registry_proxy import ThrottledProxy
+
+    class Shared(ThrottledProxy):
+        rate_bps = property(lambda self: rate.value or None, lambda self, value: None)
+
+    proxy = Shared(registry_port, None)
+    conn.send(proxy.port)
+    threading.Event().wait()
+
+
+class ProxyProcess:
+    """The throttling proxy (tests/registry_proxy.py's ``ThrottledProxy``) in a process of its
+    own, as a remote registry's link would be: in the bench's process its threads, copying
+    2 GB in 64 KiB chunks, would share one interpreter lock with envcheck's cycle (side A and
+    C only: B's images are pulled before its clock starts). ``rate_bps`` None: unthrottled."""
+
+    def __init__(self, registry_port: int, rate_bps: float | None) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._rate = context.Value("d", rate_bps or 0.0)
+        parent, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, registry_port, self._rate),
+                                        daemon=True)
+        self._process.start()
+        if not parent.poll(60):
+            self.close()
+            raise RuntimeError("the proxy's process did not start")
+        self.host = f"127.0.0.1:{parent.recv()}"
+
+    @property
+    def rate_bps(self) -> float | None:
+        return float(self._rate.value) or None
+
+    @rate_bps.setter
+    def rate_bps(self, value: float | None) -> None:
+        self._rate.value = value or 0.0
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.join(10)
 
 
 def sizes(count: int, low: int, high: int) -> list[int]:
@@ -187,7 +230,7 @@ def remove_pulls(client: docker.DockerClient, targets: list[PullTarget]) -> None
 def cycle(name: str, catalogue: Catalogue, runtime: DockerRuntime,
           client: docker.DockerClient, work: Path, held: Held, *, budget: int | None,
           prefetch_count: int, pipeline: bool, prepull: list[PullTarget] | None = None,
-          proxy: ThrottledProxy | None = None) -> dict[str, Any]:
+          proxy: ProxyProcess | None = None) -> dict[str, Any]:
     data = work / name
     data.mkdir()
     registry = stage(client, data, budget, prefetch_count)
@@ -239,7 +282,7 @@ def _pull_s(result: ProbeResult) -> float:
 
 
 @contextlib.contextmanager
-def dataset(client: docker.DockerClient, registry: Registry, proxy: ThrottledProxy,
+def dataset(client: docker.DockerClient, registry: Registry, proxy: ProxyProcess,
             count: int, low: int, high: int, work: Path
             ) -> Iterator[tuple[Catalogue, list[PullTarget], int]]:
     """Built, pushed, named through the proxy: (catalogue, targets, total bytes)."""
@@ -275,7 +318,7 @@ def main() -> int:
     client = docker.from_env(timeout=600)
     base_size = int(client.api.inspect_image(BASE)["Size"])
     registry = Registry("anonymous")
-    proxy = ThrottledProxy(registry.port, args.rate_mb * MB)
+    proxy = ProxyProcess(registry.port, args.rate_mb * MB)
     runtime = DockerRuntime.from_env()
     budget = args.budget_mb * MB
     sides: list[dict[str, Any]] = []

@@ -26,6 +26,7 @@ from envcheck.kinds.strength import (
 )
 from envcheck.kinds.strength.diffs import parse_patch
 from envcheck.kinds.strength.model import PYTHON_OPERATORS
+from envcheck.kinds.strength.newcase import WHICH
 from envcheck.kinds.strength.placing import preimage
 from envcheck.kinds.strength.pysites import find_sites, is_log_call
 from envcheck.kinds.strength.pysource import PythonSource, statement_lines
@@ -161,9 +162,9 @@ def test_a_statement_partly_added_is_not_removed(tmp_path: Path) -> None:
     gen = generate(tmp_path, {"m.py": base}, {"m.py": post})
     # not the return removed (its other lines are the base's): `b` dropped, which is the
     # base, and an early return before the statement the patch changes in part (and the
-    # value f newly returns made wrong, three ways)
+    # value f newly returns made wrong, four ways)
     assert gen.sites == {Operator.ARGUMENT_DROPPED: 1, Operator.EARLY_RETURN: 1,
-                         Operator.NEW_CASE_VALUE: 3}
+                         Operator.NEW_CASE_VALUE: len(WHICH)}
     assert gen.rejected == {(Operator.ARGUMENT_DROPPED, Rejection.SAME_AS_BASE): 1}
 
 

@@ -11,7 +11,7 @@ from types import ModuleType
 
 from envcheck.kinds.strength import Operator
 from envcheck.kinds.strength.model import Mutant
-from envcheck.kinds.strength.newcase import WHICH
+from envcheck.kinds.strength.newcase import STATE, WHICH
 from tests.test_strength_mutants import generate
 
 BASE = '''"""A module with a docstring and a future import, which must stay first."""
@@ -79,7 +79,7 @@ def by_function(tmp_path: Path) -> dict[tuple[str, str], ModuleType]:
 def test_the_new_value_is_made_wrong_and_every_old_one_kept(tmp_path: Path) -> None:
     mutants = by_function(tmp_path)
     assert set(mutants) == {(f, w) for f in ("Units.collect", "rows", "report") for w in WHICH}
-    first, last, short = WHICH
+    first, last, short, other = WHICH
     for (function, what), module in mutants.items():
         units = module.Units()
         # where the program before the fix returns the same, the fix's value, untouched
@@ -89,14 +89,17 @@ def test_the_new_value_is_made_wrong_and_every_old_one_kept(tmp_path: Path) -> N
         # where it raised, the fix's value changed as the description says
         if function == "Units.collect":
             # (-expr, "none") for -3: the recursion of a tuple compares whole programs too
+            # another input's: the fix's latest value where it returned the old one
             assert (units.collect(-3), units.collect((1, -2))) == {
                 first: ((4, "none"), (5, "length")), last: ((3, "non"), (4, "lengt")),
-                short: ((3, "none"), (4, "length"))}[what]
+                short: ((3, "none"), (4, "length")),
+                other: ((6, "length"), (6, "length"))}[what]
         elif function == "rows":
-            assert module.rows(0) == {first: ["", ], last: ["-"], short: []}[what]
+            assert module.rows(0) == {first: ["", ], last: ["-"], short: [],
+                                      other: ["0,", "1,"]}[what]
         else:
             assert module.report([]) == {first: "no lines\nat al", last: "no lines\nat all",
-                                         short: "no lines"}[what]
+                                         short: "no lines", other: "a\nb"}[what]
         # the wrapper keeps the name and the signature callers and frameworks see
         assert str(inspect.signature(module.Units.collect)) == "(self, expr, depth=0)"
         assert str(inspect.signature(module.rows)) == "(n, *extra, sep=',', **options)"
@@ -115,12 +118,35 @@ def test_functions_without_a_value_to_change_are_left_out_with_a_note(tmp_path: 
     post = ("import functools\n\n\n@functools.cache\ndef cached(x):\n    return x + 0\n\n\n"
             "def gen(n):\n    yield n + 0\n\n\ndef store(d, k):\n    d[k] = 2\n\n\n"
             "def added(x):\n    return x\n")
+    base += "\n\ndef reset():\n    STATE.clear()\n"
+    post += "\n\ndef reset():\n    STATE.clear()\n    STATE.update(a=1)\n"
     gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
-    assert not [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE]
+    # store returns nothing: what it does to its arguments is its value (below)
+    assert [m.description for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE] == [
+        f"what store newly does to its arguments (where it differs from before the fix): {STATE}"]
     notes = {n.split(": ", 1)[0].rsplit(":", 1)[1]: n.split(": ", 1)[1] for n in gen.notes
              if n.startswith(f"no {Operator.NEW_CASE_VALUE}")}
-    assert notes == {"cached": "decorated", "gen": "a generator", "store": "returns nothing",
+    assert notes == {"cached": "decorated", "gen": "a generator",
+                     "reset": "returns nothing and takes no argument",
                      "added": "new with the fix (nothing before it to differ from)"}
+
+
+def test_what_a_function_newly_does_to_an_argument_is_cut_short(tmp_path: Path) -> None:
+    """A function that returns nothing: where the fixed one leaves an argument otherwise than
+    the old one did (or the old one raised), that argument loses its last item; where both
+    leave the same, the fix's."""
+    base = ("def add(rows, x):\n    if x < 0:\n        raise ValueError(x)\n"
+            "    rows.append(x)\n    rows.append('end')\n")
+    post = ("def add(rows, x):\n    if x < 0:\n        x = -x\n"
+            "    rows.append(min(x, 100))\n    rows.append('end')\n")
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    [mutant] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE]
+    module = loaded(tmp_path, mutant, "add")
+    same, capped, raised = [], [], ["kept"]
+    assert module.add(same, 5) is None and same == [5, "end"]  # as before the fix
+    module.add(capped, 500)  # the old one appended 500: the fix's [100, "end"], cut
+    module.add(raised, -3)  # the old one raised: the fix's ["kept", 3, "end"], cut
+    assert (capped, raised) == ([100], ["kept", 3])
 
 
 def test_a_value_that_cannot_be_changed_is_the_fix_s(tmp_path: Path) -> None:

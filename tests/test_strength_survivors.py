@@ -265,3 +265,54 @@ def test_nothing_to_record_leaves_survivors_unclassified(shapes: Environment) ->
     assert done.runs == 0
     assert [(s.survivor, s.why) for s in done.survivors] == [
         (Survivor.UNCLASSIFIED, "the gold patch changes no function to record")]
+
+
+SLUG_FIX = '''diff --git a/textkit/slug.py b/textkit/slug.py
+--- a/textkit/slug.py
++++ b/textkit/slug.py
+@@ -4,4 +4,4 @@ import re
+ def slugify(text):
+     """The words of ``text`` joined by '-', for URLs."""
+     words = re.findall(r"[A-Za-z0-9]+", text)
+-    return "-".join(words)
++    return "-".join(words).lower()
+'''
+RENDER = '''from textkit.slug import slugify
+
+
+def render(rows):
+    return [slugify(" ".join(r)) for r in rows]
+'''
+
+
+@pytest.mark.parametrize(("test", "expected"), [
+    # slugify's part of the fix lowers "A": what render returns differs without it, unchecked
+    ('    assert isinstance(render([["A", "b"]]), list)\n', "confirmed"),
+    # lower-case inputs only: the tests pass without that part and cannot tell it is missing
+    ('    assert render([["a", "b"], ["c"]]) == ["a-b", "c"]\n', "not_distinguished")])
+def test_a_rewarded_partial_patch_is_confirmed_only_where_its_part_changes_the_run(
+        demo: Catalogue, runtime: DockerRuntime, test: str, expected: str) -> None:
+    """A part of the fix the tests pass without is put apart only where leaving it out
+    changes nothing the tests' run does; else it is a confirmed weakness, and the mutants in
+    it are classified as any other survivor (never 'in a hunk the tests pass without')."""
+    gold = new_file("textkit/shapes.py", RENDER) + SLUG_FIX
+    env = shapes_task(demo.environment(STRONG), RENDER, "from textkit.shapes import render\n"
+                      "\n\ndef test_shapes():\n" + test, path="textkit/shapes.py", gold=gold,
+                      mutants=4)
+    verdict = alone(env, runtime)
+    info = verdict.details["strength"]
+    partials = {p["description"]: p for p in info["partial_patches"]}
+    left_out = partials["textkit/slug.py left out"]
+    assert left_out["outcome"] == "survived", partials
+    assert left_out["class"] == expected, left_out
+    if expected == "confirmed":
+        assert left_out["class_why"].startswith(
+            "`textkit/shapes.py:render` returned ['A-b'] in tests/test_shapes.py::test_shapes "
+            "where under the gold patch it returned ['a-b']"), left_out
+        assert not [m for m in info["mutants"] if m.get("class") == "uncovered_hunk"]
+        assert "1 of 2 partial patch(es) rewarded, 1 confirmed" in verdict.summary
+    else:
+        assert all(m.get("class") == "uncovered_hunk" for m in info["survivors_apart"]
+                   if m["file"] == "textkit/slug.py")
+        assert "1 of 2 partial patch(es) rewarded" in verdict.summary
+        assert "confirmed" not in verdict.summary.split("partial patch")[1]

@@ -15,18 +15,26 @@ No static edit makes that shape for an arbitrary fix, so the mutant decides at r
   it the fixed function's doc and signature object);
 - the wrapper calls the fixed function, then the function before the fix on a deep copy of
   the arguments; when the two differ (or the old one raised), the fixed value is handed back
-  changed (:data:`WHICH`): its first part, its last part, or one part short. A call the old
+  changed (:data:`WHICH`): its first part, its last part, one part short, or the value the
+  fix returned last for another input where it returned what the old function did (a value
+  of the right type and shape that the program makes, wrong for this input: the new case
+  sent down the branch of an old one; as is where there is none yet). A call the old
   function could not take (an argument the fix added) is new API, not a new case of the old
   one: its value is the fix's. A value that cannot be changed that way (``None``, an object
   with no ``+ 1``) is handed back as is: the mutant then behaves as the fix, and the
   survivor is not distinguished, never confirmed;
+- a function that returns nothing changes its arguments: the wrapper compares what the fixed
+  function left in each argument with what the old one left in its copy, and where they
+  differ (or the old one raised) cuts the first such argument one part short (its last item
+  popped: a list's, a dict's, a view's) (:data:`STATE`);
 - calls made while the wrapper runs (recursion) go to the function of the run they are made
   in, the fixed one or the one before: the outermost call compares the program before the
   fix with the program after it, and only that call's value is changed. The run before the
   fix is the control's own, not the program's: the recorder does not record it.
 
 Skipped, with a note: decorated functions (a wrapper would have to re-create the decorator),
-generators and coroutines (their value is not a return), functions that return nothing.
+generators and coroutines (their value is not a return), functions that return nothing and
+take no argument.
 """
 
 from __future__ import annotations
@@ -39,115 +47,22 @@ from functools import partial
 from envcheck.kinds.strength.diffs import FilePatch
 from envcheck.kinds.strength.infection import changed_functions
 from envcheck.kinds.strength.model import Operator
+from envcheck.kinds.strength.newcase_runtime import HELPER
 from envcheck.kinds.strength.pysource import PythonSource
 from envcheck.kinds.strength.reverts import change_blocks
 from envcheck.kinds.strength.sampling import Variant
 
-__all__ = ["FUNCTIONS", "WHICH", "new_case_variants"]
+__all__ = ["FUNCTIONS", "STATE", "WHICH", "new_case_variants"]
 
 FUNCTIONS = 3  # changed functions per file given this operator's mutants
 # what the wrapper changes in a value the fix newly returns, by the number the mutant passes
-WHICH = ("its first part changed", "its last part changed", "one part short")
+WHICH = ("its first part changed", "its last part changed", "one part short",
+         "the fix's value for another input")
+# of a function that returns nothing: what it newly does to an argument, made wrong
+STATE = "an argument it changes left one part short"
+STATE_WHICH = len(WHICH)
 PREFIX = "_envcheck_"
 
-# The wrapper's run-time half, put after the module's docstring and ``__future__`` imports.
-# Names start with PREFIX so that they shadow nothing of the module's.
-HELPER = '''\
-def _envcheck_off(value):  # envcheck wrong-fix control: one value made wrong
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, (int, float, complex)):
-        return value + 1
-    if isinstance(value, (str, bytes)):
-        return value[:-1]
-    if value is None:
-        return value
-    try:
-        off = value + 1
-    except Exception:
-        return value
-    return value if off is NotImplemented else off
-
-
-def _envcheck_changed(value, which):  # envcheck wrong-fix control: the new value made wrong
-    if which == 2:
-        if isinstance(value, str) and "\\n" in value.strip("\\n"):
-            return "\\n".join(value.rstrip("\\n").split("\\n")[:-1])
-        if isinstance(value, (list, str, bytes)):
-            return value[:-1]
-        if isinstance(value, dict) and value:
-            short = dict(value)
-            short.popitem()
-            return short
-        return value
-    if isinstance(value, (tuple, list)):
-        parts = list(value)
-        if len(parts) < (2 if which == 1 else 1):
-            return value
-        at = 0 if which == 0 else len(parts) - 1
-        parts[at] = _envcheck_off(parts[at])
-        if type(value) in (tuple, list):
-            return type(value)(parts)
-        try:
-            return type(value)(*parts)
-        except Exception:
-            return value
-    return _envcheck_off(value) if which == 0 else value
-
-
-def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fix control
-    import copy
-    import threading
-    state = _envcheck_new_case.__dict__.setdefault("state", threading.local())
-    inside = getattr(state, "inside", None)
-    if inside is not None:
-        return (before if inside == "before" else fixed)(*args, **kwargs)
-    import inspect
-    try:  # the arguments the caller gave (a parameter left at its default is not passed on)
-        signature = inspect.signature(fixed)
-        bound = signature.bind(*args, **kwargs)
-        for name, parameter in signature.parameters.items():
-            if name in bound.arguments and bound.arguments[name] is parameter.default:
-                del bound.arguments[name]
-        saved = copy.deepcopy((bound.args, bound.kwargs))
-    except Exception:
-        saved = None
-    try:
-        state.inside = "fixed"
-        value = fixed(*args, **kwargs)
-        if saved is None:
-            return value
-        try:
-            inspect.signature(before).bind(*saved[0], **saved[1])
-        except TypeError:  # a call the function before the fix could not take: new API
-            return value
-        except ValueError:
-            pass
-        state.inside = "before"
-        import sys
-        quiet = getattr(sys.modules.get("_envcheck_record"), "QUIET", [0])
-        quiet[0] += 1
-        try:
-            old = before(*saved[0], **saved[1])
-        except Exception:
-            return _envcheck_changed(value, which)
-        finally:
-            quiet[0] -= 1
-        try:
-            differs = bool(old != value)
-        except Exception:
-            differs = False
-        return _envcheck_changed(value, which) if differs else value
-    finally:
-        state.inside = None
-
-
-def _envcheck_wrapped(wrapper, fixed):  # the fixed function's signature and doc, its name
-    import functools
-    name, qualname = wrapper.__name__, wrapper.__qualname__
-    functools.update_wrapper(wrapper, fixed)
-    wrapper.__name__, wrapper.__qualname__ = name, qualname
-'''
 
 
 class _Def:
@@ -193,6 +108,12 @@ def _own_nodes(node: ast.AST) -> list[ast.AST]:
     return own
 
 
+def _returns(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the function returns a value anywhere (else what it does is to its
+    arguments)."""
+    return any(isinstance(n, ast.Return) and n.value is not None for n in _own_nodes(node))
+
+
 def _unfit(fixed: _Def, before: _Def | None) -> str | None:
     """Why a changed function gets no mutant of this operator, or None."""
     node = fixed.node
@@ -205,8 +126,9 @@ def _unfit(fixed: _Def, before: _Def | None) -> str | None:
     own = _own_nodes(node)
     if any(isinstance(n, ast.Yield | ast.YieldFrom) for n in own):
         return "a generator"
-    if not any(isinstance(n, ast.Return) and n.value is not None for n in own):
-        return "returns nothing"
+    if not _returns(node) and len(node.args.posonlyargs + node.args.args
+                                  + node.args.kwonlyargs) <= fixed.method:
+        return "returns nothing and takes no argument"
     if fixed.method != before.method:
         return "moved in or out of a class"
     if fixed.method and not (node.args.posonlyargs or node.args.args):
@@ -306,17 +228,19 @@ def new_case_variants(fp: FilePatch, source: PythonSource, base: str
             notes.append(f"no {Operator.NEW_CASE_VALUE} mutant of {source.path}:{qualname}: "
                          f"{why}")
             continue
-        if len({v.description for v in variants}) >= FUNCTIONS * len(WHICH):
+        if len({v.description.split(" ")[1] for v in variants}) >= FUNCTIONS:
             notes.append(f"no {Operator.NEW_CASE_VALUE} mutant of {source.path}:{qualname}: "
                          f"past {FUNCTIONS} functions")
             continue
         assert before is not None
         end = fixed.node.end_lineno or fixed.node.lineno
         inside = tuple(sorted(n for n in lines if fixed.node.lineno <= n <= end))
-        for which, what in enumerate(WHICH):
+        kinds = enumerate(WHICH) if _returns(fixed.node) else ((STATE_WHICH, STATE),)
+        for which, what in kinds:
+            does = "returns" if which < STATE_WHICH else "does to its arguments"
             variants.append(Variant(
                 Operator.NEW_CASE_VALUE, source.path, inside[0] if inside else fixed.node.lineno,
-                f"what {qualname} newly returns (where it differs from before the fix): "
+                f"what {qualname} newly {does} (where it differs from before the fix): "
                 f"{what}",
                 partial(_render, source.text, base, fixed, before, helper_after, which),
                 inside))

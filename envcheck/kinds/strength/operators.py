@@ -20,12 +20,13 @@ from envcheck.kinds.strength.model import PYTHON_OPERATORS, Operator
 
 __all__ = ["OPERATORS_VERSION", "OPERATOR_DOCS"]
 
-OPERATORS_VERSION = "6"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
+OPERATORS_VERSION = "7"  # 1: the first thirteen; 2: the shapes of real wrong fixes added;
 # 3: a module whose docstring precedes a ``__future__`` import is compared by its bytecode;
 # 4: the fix kept only for the tested input (the test patch's literals reach the generator);
 # 5: each hunk placed where it sits in the post-image (an offset from its header's line, or
 # context left off under fuzz), not at its header's line numbers; 6: the value the fix newly
-# returns made wrong where it differs from before the fix
+# returns made wrong where it differs from before the fix; 7: the fix's value for another input
+# handed back there, and what a function that returns nothing does to its arguments cut short
 
 OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
     Operator.COMPARISON_FLIP: (
@@ -94,11 +95,16 @@ OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
     Operator.NEW_CASE_VALUE: (
         "a function the fix changes returns, where its result differs from the function's "
         "before the fix (or that one raised), that result changed: its first part (a number "
-        "+ 1, a flag flipped, a text one character short), its last part, or one part short "
-        "(a list's last element, a text's last line); the fix's own result everywhere else",
+        "+ 1, a flag flipped, a text one character short), its last part, one part short "
+        "(a list's last element, a text's last line), or the fix's latest result for another "
+        "input that the function before the fix answered the same; a function that returns "
+        "nothing: the argument it newly changes, its last item popped; the fix's own result "
+        "everywhere else",
         "the case the issue is about handled with a value nobody checked: a factor evaluated "
         "or taken as 1, a section or a row left out, the error gone and the answer wrong, "
-        "while every input that worked before still does"),
+        "the new case sent down an old case's branch (a well-formed answer to another "
+        "question), a line the fix inserts left out, while every input that worked before "
+        "still does"),
 }
 
 assert set(OPERATOR_DOCS) == set(PYTHON_OPERATORS)
