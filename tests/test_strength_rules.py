@@ -150,13 +150,11 @@ def test_survivors_in_a_file_the_tests_pass_without_are_apart(
     assert not [s for s in info["survivors"] if s["file"] == TWO]
     assert info["score"] == 1.0 and verdict.reason is Reason.OK, verdict.summary
     assert f"{len(apart)} survivor(s) in a hunk the tests pass without" in verdict.summary
-    # the files read, one run per control (no pass-to-pass tests), then, recorded, the gold
-    # patch twice, the rewarded partial patch (not distinguished: its part is apart) and each
-    # other survivor once: those in the uncovered file are not
-    assert rewarded[0]["class"] == "not_distinguished", rewarded
+    # the files read, one run per control (no pass-to-pass tests), then the gold patch twice
+    # and each other survivor once, recorded: those in the uncovered file are not
     others = len(info["survivors_apart"]) + len(info["survivors"]) - len(apart)
-    assert info["runs"] == 1 + len(info["mutants"]) + len(info["partial_patches"]) + 2 + 1 \
-        + others
+    assert info["runs"] == 1 + len(info["mutants"]) + len(info["partial_patches"]) + (
+        2 + others if others else 0)
 
 
 OPS = "mathkit/ops.py"

@@ -29,7 +29,7 @@ from envcheck.kinds.strength.partial import partial_patches
 from envcheck.kinds.strength.play import mutable_files, post_images, readable, trial
 from envcheck.kinds.strength.sampling import Generation
 from envcheck.kinds.strength.survivors import Classified, classify
-from envcheck.kinds.strength.uncovered import left_out, uncovered_by, uncovered_parts
+from envcheck.kinds.strength.uncovered import uncovered_by, uncovered_parts
 from envcheck.kinds.strength.verdict import (
     DETAIL_KEY,
     OUTPUTS,
@@ -100,7 +100,7 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
                               "Python line to mutate) and no partial patch")
     todo: list[Mutant | PartialPatch] = [*gen.mutants, *partials]
     survivors: list[tuple[Played, Mutant]] = []
-    rewarded: list[tuple[Played, PartialPatch]] = []
+    rewarded: list[PartialPatch] = []
     for i, control in enumerate(todo):
         if deadline.expired():
             outcome.unplayed = [c.description for c in todo[i:]]
@@ -117,8 +117,8 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
             if mutant is not None:
                 survivors.append((played, mutant))
             elif isinstance(control, PartialPatch):
-                rewarded.append((played, control))
-    if survivors or rewarded:
+                rewarded.append(control)
+    if survivors:
         _classified(ctx, spec, outcome, survivors, images.texts, deadline, rewarded)
     outcome.seconds = time.monotonic() - started
     return outcome
@@ -126,41 +126,28 @@ def play(ctx: ProbeContext, spec: TestSpec, plan: Strength, seed: str) -> Streng
 
 def _classified(ctx: ProbeContext, spec: TestSpec, outcome: StrengthOutcome,
                 survivors: list[tuple[Played, Mutant]], texts: dict[str, str],
-                deadline: Deadline, rewarded: list[tuple[Played, PartialPatch]]) -> None:
-    """The survivors and rewarded partial patches in ``outcome`` replaced by themselves
-    classified. A rewarded partial patch is recorded first (:mod:`.survivors`): one that
-    changes what the fix's functions do on the tests' inputs is confirmed (that part of the
-    fix matters there and no assertion sees it), the others leave out a part the tests do
-    not need, and the mutants in such a part are put apart (:mod:`.uncovered`); every other
-    survivor is classified by infection."""
+                deadline: Deadline, rewarded: list[PartialPatch]) -> None:
+    """The survivors in ``outcome`` replaced by themselves classified: those in a part of the
+    fix a rewarded partial patch left out (:mod:`.uncovered`) apart, the others by infection
+    (:mod:`.survivors`)."""
     assert spec.oracle is not None and spec.oracle.patch is not None
     gold = parse_patch(spec.oracle.patch)
+    parts = uncovered_parts(gold, rewarded, texts)
     classes: dict[int, Played] = {}
-    parts_done = Classified([])
-    if rewarded:
-        candidates = [(played, left_out(gold, partial, texts)) for played, partial in rewarded]
-        parts_done = classify(ctx, spec, gold, texts, candidates, deadline)
-        classes.update({id(played): found for (played, _), found
-                        in zip(rewarded, parts_done.survivors, strict=True)})
-    apart = [partial for (played, partial) in rewarded
-             if classes[id(played)].survivor is not Survivor.CONFIRMED]
-    parts = uncovered_parts(gold, apart, texts)
     recorded: list[tuple[Played, Mutant]] = []
     for played, mutant in survivors:
-        left = uncovered_by(mutant.file, mutant.diff, parts, mutant.fix_lines)
-        if left is None:
+        left_out = uncovered_by(mutant.file, mutant.diff, parts, mutant.fix_lines)
+        if left_out is None:
             recorded.append((played, mutant))
         else:
             classes[id(played)] = replace(played, survivor=Survivor.UNCOVERED, why=(
-                f"in a part of the fix the tests pass without: {left} is rewarded"))
-    done = classify(ctx, spec, gold, texts, recorded, deadline, golds=parts_done.golds) \
-        if recorded else Classified([])
+                f"in a part of the fix the tests pass without: {left_out} is rewarded"))
+    done = classify(ctx, spec, gold, texts, recorded, deadline) if recorded else Classified([])
     classes.update({id(played): found for (played, _), found in zip(recorded, done.survivors,
                                                                      strict=True)})
     outcome.mutants = [classes.get(id(m), m) for m in outcome.mutants]
-    outcome.partials = [classes.get(id(p), p) for p in outcome.partials]
-    outcome.runs += parts_done.runs + done.runs
-    outcome.cut_short = parts_done.cut_short or done.cut_short
+    outcome.runs += done.runs
+    outcome.cut_short = done.cut_short
 
 
 def with_strength_controls(ctx: ProbeContext, verdict: Verdict) -> Verdict:

@@ -21,10 +21,8 @@ __all__ = ["CLASSIFICATION_VERSION", "changed_functions", "targets"]
 # 1: returns, raises and argument state, call counts included; 2: call counts alone are no
 # difference, output is behaviour, survivors in a hunk no test needs are apart; 3: 256 distinct
 # events kept per test and function (32 left a runner with no test names uncompared), an
-# ``except ...: raise`` recorded as the raise it is (it was "returned None"); 4: a rewarded
-# partial patch recorded too, its part apart only where leaving it out changes nothing the
-# tests' run can see
-CLASSIFICATION_VERSION = "infection 4"
+# ``except ...: raise`` recorded as the raise it is (it was "returned None")
+CLASSIFICATION_VERSION = "infection 3"
 
 
 def _functions(text: str) -> list[tuple[str, str, list[int], int, int]]:

@@ -122,9 +122,7 @@ def tally(outcome: StrengthOutcome, plan: Strength) -> str:
     aside += [f"{counts[o]} {o}" for o in (Outcome.INCOMPETENT, Outcome.TIMEOUT) if counts[o]]
     rewarded = [p for p in outcome.partials if p.outcome is Outcome.SURVIVED]
     if outcome.partials:
-        confirmed = sum(p.survivor is Survivor.CONFIRMED for p in rewarded)
-        aside.append(f"{len(rewarded)} of {len(outcome.partials)} partial patch(es) rewarded"
-                     + (f", {confirmed} confirmed" if confirmed else ""))
+        aside.append(f"{len(rewarded)} of {len(outcome.partials)} partial patch(es) rewarded")
     if outcome.unplayed:
         aside.append(f"{len(outcome.unplayed)} not played: probe_s reached")
     if outcome.cut_short:

@@ -16,35 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from envcheck.catalogue.probe_specs import TestSpec
 from envcheck.kinds.base import ProbeContext
-from envcheck.kinds.strength.behaviour import Calls, difference
+from envcheck.kinds.strength.behaviour import difference
 from envcheck.kinds.strength.diffs import Patch
 from envcheck.kinds.strength.infection import changed_functions, targets
+from envcheck.kinds.strength.model import Mutant
 from envcheck.kinds.strength.placing import place
 from envcheck.kinds.strength.played import Played, Survivor
-from envcheck.kinds.strength.recording import recorded
+from envcheck.kinds.strength.recording import Recorded, recorded
 from envcheck.kinds.strength.reverts import change_blocks
 from envcheck.sandbox.base import Deadline
 
-__all__ = ["Candidate", "Classified", "classify", "functions_changed"]
-
-
-class Candidate(Protocol):
-    """What a survivor is, as recorded: a mutant, or a rewarded partial patch (the file it
-    changes, that file's text under it, the patch, and what it is in words)."""
-
-    @property
-    def file(self) -> str: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def patch(self) -> str: ...
-    @property
-    def description(self) -> str: ...
-
+__all__ = ["Classified", "classify", "functions_changed"]
 
 def functions_changed(patch: Patch, texts: Mapping[str, str]) -> dict[str, set[str]]:
     """Per file, the functions around the lines the patch adds (or, where a change block
@@ -73,8 +58,6 @@ class Classified:
     survivors: list[Played]
     runs: int = 0
     cut_short: bool = False
-    # the gold patch's two recorded runs, for another call to compare against
-    golds: tuple[dict[str, Calls], dict[str, Calls]] | None = None
 
 
 def _all(survivors: Sequence[Played], kind: Survivor, why: str) -> list[Played]:
@@ -82,10 +65,9 @@ def _all(survivors: Sequence[Played], kind: Survivor, why: str) -> list[Played]:
 
 
 def classify(ctx: ProbeContext, spec: TestSpec, patch: Patch, texts: Mapping[str, str],
-             survivors: Sequence[tuple[Played, Candidate]], deadline: Deadline,
-             golds: tuple[dict[str, Calls], dict[str, Calls]] | None = None) -> Classified:
-    """Each of ``survivors`` (as played, and what it is) with its class; ``texts``: the
-    changed files after the gold patch; ``golds``: an earlier call's gold recordings."""
+             survivors: Sequence[tuple[Played, Mutant]], deadline: Deadline) -> Classified:
+    """Each of ``survivors`` (as played, and the mutant it is) with its class; ``texts``: the
+    changed files after the gold patch."""
     played = [p for p, _ in survivors]
     wanted = functions_changed(patch, texts)
     rows = targets(texts, wanted)
@@ -94,34 +76,31 @@ def classify(ctx: ProbeContext, spec: TestSpec, patch: Patch, texts: Mapping[str
                                                               "function to record"))
     assert spec.oracle is not None and spec.oracle.patch is not None
     done = Classified([])
-    if golds is None:
-        recordings: list[dict[str, Calls]] = []
-        for n in (1, 2):
-            if deadline.expired():
-                return replace(done, survivors=_all(played, Survivor.UNCLASSIFIED, "probe_s "
-                               "reached before they were classified"), cut_short=True)
-            gold = recorded(ctx, spec, spec.oracle.patch, rows, f"gold patch, recording {n}")
-            done.runs += 1
-            why = gold.why or (None if gold.passed else "the gold patch's fail-to-pass tests "
-                               "do not pass with the recorder in place")
-            if why is None and not gold.calls:
-                why = ("the fail-to-pass tests never called a function the gold patch changes "
-                       "(" + ", ".join(str(r[3]) for r in rows[:3]) + ")")
-            if why is not None:
-                return replace(done, survivors=_all(played, Survivor.UNCLASSIFIED, why))
-            recordings.append(gold.calls or {})
-        golds = (recordings[0], recordings[1])
-    done.golds = golds
-    first, again = golds
-    for survivor, candidate in survivors:
+    golds: list[Recorded] = []
+    for n in (1, 2):
+        if deadline.expired():
+            return replace(done, survivors=_all(played, Survivor.UNCLASSIFIED, "probe_s "
+                           "reached before they were classified"), cut_short=True)
+        gold = recorded(ctx, spec, spec.oracle.patch, rows, f"gold patch, recording {n}")
+        done.runs += 1
+        why = gold.why or (None if gold.passed else "the gold patch's fail-to-pass tests do "
+                           "not pass with the recorder in place")
+        if why is None and not gold.calls:
+            why = ("the fail-to-pass tests never called a function the gold patch changes ("
+                   + ", ".join(str(r[3]) for r in rows[:3]) + ")")
+        if why is not None:
+            return replace(done, survivors=_all(played, Survivor.UNCLASSIFIED, why))
+        golds.append(gold)
+    first, again = (g.calls or {} for g in golds)
+    for survivor, mutant in survivors:
         if deadline.expired():
             done.survivors.append(replace(survivor, survivor=Survivor.UNCLASSIFIED,
                                           why="probe_s reached before it was classified"))
             done.cut_short = True
             continue
-        files = {**texts, candidate.file: candidate.text} if candidate.text else dict(texts)
-        found = recorded(ctx, spec, candidate.patch, targets(files, wanted),
-                         f"survivor: {candidate.description}")
+        files = {**texts, mutant.file: mutant.text} if mutant.text else dict(texts)
+        found = recorded(ctx, spec, mutant.patch, targets(files, wanted),
+                         f"survivor: {mutant.description}")
         done.runs += 1
         if found.calls is None:
             done.survivors.append(replace(survivor, survivor=Survivor.UNCLASSIFIED,

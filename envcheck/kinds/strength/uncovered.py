@@ -6,11 +6,6 @@ that survives then tells about the record (a hunk its tests do not cover), not a
 strength of its assertions, and is put apart (``Survivor.UNCOVERED``), out of the score. The
 same holds for every mutant of a file whose partial patch (the file left out) is rewarded.
 
-That holds only where H changes nothing the tests' run can see: a rewarded partial patch is
-recorded like any survivor first, and one whose functions behave otherwise on the tests' inputs
-is a confirmed weakness (the part matters there, no assertion looks), its mutants classified as
-the others (:mod:`.controls`).
-
 A mutant belongs to H when every line of the gold post-image its diff changes lies in H's lines
 after the patch (its context included), H placed where it sits in the post-image
 (:mod:`.placing`: a header's line numbers may be off by an offset); a line it inserts counts by
@@ -20,13 +15,13 @@ the lines on either side.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from envcheck.kinds.strength.diffs import NO_NEWLINE, Patch, PatchError, parse_patch
 from envcheck.kinds.strength.model import PartialPatch
-from envcheck.kinds.strength.placing import place, preimage
+from envcheck.kinds.strength.placing import place
 
-__all__ = ["LeftOut", "Uncovered", "left_out", "touched", "uncovered_by", "uncovered_parts"]
+__all__ = ["Uncovered", "touched", "uncovered_by", "uncovered_parts"]
 
 
 @dataclass(frozen=True)
@@ -37,36 +32,6 @@ class Uncovered:
     first: int
     last: int
     description: str
-
-
-@dataclass(frozen=True)
-class LeftOut:
-    """A partial patch as a survivor to record: the file it changes, that file's text under
-    it ("" where it cannot be said: the gold patch's text is recorded), the patch, and what it
-    is in words."""
-
-    file: str
-    text: str
-    patch: str
-    description: str
-
-
-def left_out(gold: Patch, partial: PartialPatch, texts: Mapping[str, str]) -> LeftOut:
-    """``partial`` with the text of its file under it: the gold post-image with the hunk left
-    out put back as it was, or, for a whole file left out, the file before the patch."""
-    text = ""
-    try:
-        fp = gold.file(partial.file)
-        post = texts.get(fp.path)
-        if post is not None:
-            placed = place(fp, post).fp
-            if partial.hunk is None:
-                text = preimage(placed, post)
-            elif 0 < partial.hunk <= len(placed.hunks):
-                text = preimage(replace(placed, hunks=(placed.hunks[partial.hunk - 1],)), post)
-    except PatchError:
-        text = ""
-    return LeftOut(partial.file, text, partial.patch, partial.description)
 
 
 def uncovered_parts(gold: Patch, rewarded: Iterable[PartialPatch],
