@@ -14,6 +14,7 @@ import pytest
 from envcheck.catalogue.probe_specs import Strength
 from envcheck.core.results import ProbeKind, ProbeResult, Reason, Status
 from envcheck.kinds.base import Verdict
+from envcheck.kinds.strength.play import _broken
 from envcheck.kinds.strength.verdict import (
     DIFF_MAX,
     RULES,
@@ -24,6 +25,9 @@ from envcheck.kinds.strength.verdict import (
     judge,
     stored_outcome,
 )
+from envcheck.kinds.testvalidity.junit import Case
+from envcheck.kinds.testvalidity.junit import Outcome as JunitOutcome
+from envcheck.kinds.testvalidity.runs import Phase, Run
 
 PASSED = Verdict(Status.PASS, Reason.OK, "2 runs agree", {"runs": []})
 PLAN = Strength()
@@ -262,3 +266,21 @@ def test_the_new_case_left_unchecked_is_weak_whatever_else_is_killed() -> None:
     open_case = StrengthOutcome([*killed, new_case[0],
                                  mutant(S, 21, "new_case_value", Survivor.UNCLASSIFIED)])
     assert open_case.undecided(PLAN.min_score, PLAN.min_competent)
+
+
+@pytest.mark.parametrize(("message", "sign"), [
+    # the mutated module does not compile in the sandbox's Python: incompetent
+    ('  File "/testbed/pkg/parse.py", line 12\n    def f(:\n          ^\nSyntaxError: invalid '
+     'syntax', "SyntaxError"),
+    ("E   SyntaxError: invalid syntax (parse.py, line 12)", "SyntaxError"),
+    ("ImportError: cannot import name 'tokens' from 'pkg.parse'", "ImportError"),
+    # a text the program parses at run time (sympify, lambdify, eval): the tests refused it
+    ('  File "/testbed/pkg/parse.py", line 40, in to_expr\n    return eval(code)\n  File '
+     '"<string>", line 1\n    (1\n     ^\nSyntaxError: unexpected EOF while parsing', None),
+    ("SyntaxError: invalid syntax (<string>, line 1)", None),
+    ("E   SyntaxError: invalid syntax (other.py, line 3)", None)])
+def test_a_syntax_error_is_the_mutant_s_own_only_where_it_is_located_in_its_file(
+        message: str, sign: str | None) -> None:
+    run = Run(Phase.POSITIVE, ("t",), "mutant 1", outcomes={
+        "t": Case("tests", "t", JunitOutcome.FAILED, message)})
+    assert _broken(run, ["t"], ["pkg/parse.py"]) == sign

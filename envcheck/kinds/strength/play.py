@@ -39,6 +39,11 @@ _MARK = "envcheck:strength:"
 # A run whose tests fail because the code no longer imports or compiles shows the mutant
 # broke the module, not that the tests refused its behaviour.
 _BROKEN = re.compile(r"\b(ImportError|ModuleNotFoundError|SyntaxError|IndentationError)\b")
+# A SyntaxError is the module's own only where it is located in a file the patch changes (a
+# compile error's frame has no ``, in <function>``; its message ends ``(<file>, line N)``):
+# raised by code that parses a text at run time (``sympify``, ``lambdify``, ``eval``) it is
+# the behaviour the tests refused, a kill.
+_SYNTAX = ("SyntaxError", "IndentationError")
 _INCOMPETENT = {Reason.GOLD_PATCH_DOES_NOT_APPLY: "does not apply",
                 Reason.TEST_PATCH_DOES_NOT_APPLY: "the test patch does not apply after it",
                 Reason.NO_TESTS_COLLECTED: "no test collected",
@@ -129,15 +134,34 @@ def _problem(run: Run) -> tuple[Outcome, str] | None:
     return Outcome.INCOMPETENT, f"{what}: {problem.detail}"[:SHOWN]
 
 
-def _broken(run: Run, failed: list[str]) -> str | None:
-    """The sign that the module under test no longer imports, in the failures or the output."""
-    for test_id in failed:
-        case = run.outcomes.get(test_id)
-        found = _BROKEN.search(case.message) if case is not None else None
-        if found:
-            return found.group(1)
-    found = _BROKEN.search(run.output)
-    return found.group(1) if found else None
+def _own_syntax_error(text: str, files: list[str]) -> bool:
+    """Whether ``text`` locates a syntax error in one of ``files`` (the patch's)."""
+    for path in files:
+        name = re.escape(path.rsplit("/", 1)[-1])
+        if re.search(rf'File "[^"\n]*{re.escape(path)}", line \d+\s*$', text, re.M) or \
+                re.search(rf"\({name}, line \d+\)", text):
+            return True
+    return False
+
+
+def _broken(run: Run, failed: list[str], files: list[str]) -> str | None:
+    """The sign that the module under test no longer imports, in the failures or the output;
+    ``files``: the Python files the candidate patch changes."""
+    texts = [case.message for case in (run.outcomes.get(t) for t in failed) if case is not None]
+    for text in (*texts, run.output):
+        for found in _BROKEN.finditer(text):
+            if found.group(1) not in _SYNTAX or _own_syntax_error(text, files):
+                return found.group(1)
+    return None
+
+
+def _patched(patch: str | None) -> list[str]:
+    """The Python files ``patch`` changes (none if it is not a unified diff)."""
+    try:
+        return [f.new_path for f in parse_patch(patch or "").files
+                if f.new_path and f.new_path.endswith(".py")]
+    except PatchError:
+        return []
 
 
 def trial(ctx: ProbeContext, spec: TestSpec, patch: str | None, label: str,
@@ -161,7 +185,8 @@ def trial(ctx: ProbeContext, spec: TestSpec, patch: str | None, label: str,
             return Trial(*stopped, runs, tuple(evidence))
         failed = _failed(run, ids)
         if failed:
-            sign = _broken(run, failed)
+            sign = _broken(run, failed, _patched(patch if patch is not None else (
+                spec.oracle.patch if spec.oracle is not None else None)))
             if sign is not None:
                 return Trial(Outcome.INCOMPETENT, f"the code no longer imports ({sign})", runs,
                              tuple(evidence))
