@@ -178,3 +178,21 @@ def test_a_call_the_old_function_could_not_take_is_new_api_not_a_new_case(
     module = loaded(tmp_path, first, "load")
     assert (module.load("a.txt"), module.load("a.txt", binary=True)) == ("text", "bytes")
     assert module.load("a.toml") == "tom"  # the case the old function raised on
+
+
+def test_a_method_s_old_run_starts_from_its_instance_as_it_was(tmp_path: Path) -> None:
+    """A method that consumes its instance's state (a docstring parser taking its next
+    lines): the function before the fix runs on a copy of the instance taken before the fixed
+    one ran, so an old case stays the fix's and the instance is left as the fix left it."""
+    base = ("class Reader:\n    def __init__(self, lines):\n        self.lines = list(lines)\n\n"
+            "    def section(self, param):\n        taken = self.lines.pop(0)\n"
+            "        return 'old:' + taken\n")
+    post = base.replace("        return 'old:' + taken\n", "        if param:\n"
+                        "            return 'new:' + taken\n        return 'old:' + taken\n")
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
+               and m.description.endswith(WHICH[0])]
+    module = loaded(tmp_path, first, "reader")
+    reader = module.Reader(["a", "b"])
+    assert reader.section(False) == "old:a" and reader.lines == ["b"]  # as before the fix
+    assert reader.section(True) == "new:" and reader.lines == []  # the new case, made wrong

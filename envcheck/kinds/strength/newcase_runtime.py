@@ -114,7 +114,10 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
                 del bound.arguments[name]
         saved = copy.deepcopy((bound.args, bound.kwargs))
         pristine = copy.deepcopy(saved) if which == 4 else None
-    except Exception:
+        if getattr(before, "__self__", None) is not None:  # a method: the old one runs on a
+            import types  # copy of its instance as it was, not on what the fixed one left
+            before = types.MethodType(before.__func__, copy.deepcopy(before.__self__))
+    except Exception:  # no copy of the call: nothing to compare the fix's value with
         saved = None
     key = getattr(fixed, "__qualname__", "")
     try:

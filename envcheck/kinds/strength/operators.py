@@ -26,7 +26,8 @@ OPERATORS_VERSION = "7"  # 1: the first thirteen; 2: the shapes of real wrong fi
 # 5: each hunk placed where it sits in the post-image (an offset from its header's line, or
 # context left off under fuzz), not at its header's line numbers; 6: the value the fix newly
 # returns made wrong where it differs from before the fix; 7: the fix's value for another input
-# handed back there, and what a function that returns nothing does to its arguments cut short
+# handed back there, and what a function that returns nothing does to its arguments cut short;
+# a method's old run on a copy of its instance as it was
 
 OPERATOR_DOCS: dict[Operator, tuple[str, str]] = {
     Operator.COMPARISON_FLIP: (
