@@ -196,3 +196,21 @@ def test_a_method_s_old_run_starts_from_its_instance_as_it_was(tmp_path: Path) -
     reader = module.Reader(["a", "b"])
     assert reader.section(False) == "old:a" and reader.lines == ["b"]  # as before the fix
     assert reader.section(True) == "new:" and reader.lines == []  # the new case, made wrong
+
+
+def test_an_instance_rebuilt_through_its_constructor_is_not_copied(tmp_path: Path) -> None:
+    """A class with a copy protocol of its own (sympy's rebuild through the constructor) may
+    register the copy in the original's place: its instance is shared, never copied."""
+    base = ("REGISTRY = {}\n\n\nclass Unit:\n    def __init__(self, name):\n"
+            "        self.name = name\n        REGISTRY[name] = self\n\n"
+            "    def __reduce__(self):\n        return (Unit, (self.name,))\n\n"
+            "    def scale(self, x):\n        if x < 0:\n            raise ValueError(x)\n"
+            "        return x\n")
+    post = base.replace("            raise ValueError(x)\n", "            return -x\n")
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
+               and m.description.endswith(WHICH[0])]
+    module = loaded(tmp_path, first, "unit")
+    unit = module.Unit("si")
+    assert (unit.scale(2), unit.scale(-2)) == (2, 3)  # as before; the new case made wrong
+    assert module.REGISTRY["si"] is unit and len(module.REGISTRY) == 1

@@ -98,6 +98,13 @@ def _envcheck_changed(value, which, key=None):  # envcheck wrong-fix control: ma
     return _envcheck_off(value) if which == 0 else value
 
 
+def _envcheck_plain(kind):  # copied field by field: no constructor of its own runs again
+    # (a class with its own reduce or deepcopy, as sympy's, is rebuilt through its
+    # constructor, which may register the copy in the place of the original)
+    return (kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__
+            and getattr(kind, "__deepcopy__", None) is None)
+
+
 def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fix control
     import copy
     import threading
@@ -114,9 +121,10 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
                 del bound.arguments[name]
         saved = copy.deepcopy((bound.args, bound.kwargs))
         pristine = copy.deepcopy(saved) if which == 4 else None
-        if getattr(before, "__self__", None) is not None:  # a method: the old one runs on a
-            import types  # copy of its instance as it was, not on what the fixed one left
-            before = types.MethodType(before.__func__, copy.deepcopy(before.__self__))
+        receiver = getattr(before, "__self__", None)
+        if receiver is not None and _envcheck_plain(type(receiver)):  # a method: the old one
+            import types  # runs on a copy of its instance as it was, not on what the fixed
+            before = types.MethodType(before.__func__, copy.deepcopy(receiver))  # one left
     except Exception:  # no copy of the call: nothing to compare the fix's value with
         saved = None
     key = getattr(fixed, "__qualname__", "")
