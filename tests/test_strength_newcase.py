@@ -214,3 +214,19 @@ def test_an_instance_rebuilt_through_its_constructor_is_not_copied(tmp_path: Pat
     unit = module.Unit("si")
     assert (unit.scale(2), unit.scale(-2)) == (2, 3)  # as before; the new case made wrong
     assert module.REGISTRY["si"] is unit and len(module.REGISTRY) == 1
+
+
+def test_an_instance_the_fixed_method_leaves_as_it_was_is_shared(tmp_path: Path) -> None:
+    """A method that changes nothing of its instance: the old one runs on the instance itself
+    (a copy of a unit system made sympy's answers differ), never on a copy."""
+    base = ("SEEN = []\n\n\nclass Scale:\n    def __init__(self):\n        self.table = {}\n\n"
+            "    def of(self, x):\n        SEEN.append(self)\n        if x < 0:\n"
+            "            raise ValueError(x)\n        return x\n")
+    post = base.replace("            raise ValueError(x)\n", "            return -x\n")
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
+               and m.description.endswith(WHICH[0])]
+    module = loaded(tmp_path, first, "scale")
+    scale = module.Scale()
+    assert (scale.of(2), scale.of(-2)) == (2, 3)
+    assert len(module.SEEN) == 4 and all(s is scale for s in module.SEEN)

@@ -14,11 +14,13 @@ No static edit makes that shape for an arbitrary fix, so the mutant decides at r
   recorder of :mod:`.survivors` sees the same arguments; ``functools.update_wrapper`` gives
   it the fixed function's doc and signature object);
 - the wrapper calls the fixed function, then the function before the fix on a deep copy of
-  the arguments (and, for a method of a class copied field by field, of its instance as it
-  was before the fixed one ran: a parser that consumes its own lines would otherwise find
-  them gone; a class with a copy protocol of its own, as sympy's, is rebuilt through its
-  constructor, which may register the copy globally, so its instance is shared); when the
-  two differ
+  the arguments; a method runs on its instance, or, where the fixed one changed that
+  instance (a field rebound, a list, dict, set or deque of it changed: a parser that consumes
+  its own lines), on an instance made of its fields as they were before (its containers
+  copied one level; no constructor runs: a class with a copy protocol of its own, as
+  sympy's, rebuilds through its constructor, which may register the copy globally, so its
+  instance is always shared, and a deep copy of a unit system made sympy's results differ);
+  when the two differ
   (or the old one raised), the fixed value is handed back
   changed (:data:`WHICH`): its first part, its last part, one part short, or the value the
   fix returned last for another input where it returned what the old function did (a value

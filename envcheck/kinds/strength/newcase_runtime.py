@@ -98,11 +98,41 @@ def _envcheck_changed(value, which, key=None):  # envcheck wrong-fix control: ma
     return _envcheck_off(value) if which == 0 else value
 
 
-def _envcheck_plain(kind):  # copied field by field: no constructor of its own runs again
-    # (a class with its own reduce or deepcopy, as sympy's, is rebuilt through its
-    # constructor, which may register the copy in the place of the original)
-    return (kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__
-            and getattr(kind, "__deepcopy__", None) is None)
+_ENVCHECK_HELD = (list, dict, set, bytearray)
+
+
+def _envcheck_snapshot(receiver):  # a method's instance's fields, its containers copied
+    # one level (no constructor runs: a class with a copy protocol of its own, as sympy's,
+    # rebuilds through its constructor, which may register the copy in the original's place)
+    kind = type(receiver)
+    if receiver is None or kind.__reduce_ex__ is not object.__reduce_ex__ or \
+            kind.__reduce__ is not object.__reduce__ or hasattr(kind, "__deepcopy__"):
+        return None
+    import collections
+    import copy
+    try:
+        fields = dict(vars(receiver))
+        held = {k: copy.copy(v) for k, v in fields.items()
+                if isinstance(v, _ENVCHECK_HELD + (collections.deque,))}
+    except Exception:
+        return None
+    return fields, held
+
+
+def _envcheck_as_it_was(before, receiver, snapshot):  # the old method on the instance as
+    import types  # it was, where the fixed one changed it; else on the instance itself
+    fields, held = snapshot
+    try:
+        now = vars(receiver)
+        same = now.keys() == fields.keys() and all(
+            now[k] is v and (k not in held or held[k] == v) for k, v in fields.items())
+        if same:
+            return before
+        clone = object.__new__(type(receiver))
+        vars(clone).update({**fields, **held})
+    except Exception:
+        return before
+    return types.MethodType(before.__func__, clone)
 
 
 def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fix control
@@ -122,9 +152,7 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
         saved = copy.deepcopy((bound.args, bound.kwargs))
         pristine = copy.deepcopy(saved) if which == 4 else None
         receiver = getattr(before, "__self__", None)
-        if receiver is not None and _envcheck_plain(type(receiver)):  # a method: the old one
-            import types  # runs on a copy of its instance as it was, not on what the fixed
-            before = types.MethodType(before.__func__, copy.deepcopy(receiver))  # one left
+        snapshot = _envcheck_snapshot(receiver)
     except Exception:  # no copy of the call: nothing to compare the fix's value with
         saved = None
     key = getattr(fixed, "__qualname__", "")
@@ -133,6 +161,8 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
         value = fixed(*args, **kwargs)
         if saved is None:
             return value
+        if snapshot is not None:  # a method that changed its instance: the old one runs on
+            before = _envcheck_as_it_was(before, receiver, snapshot)  # the instance as it was
         if which == 4:  # the arguments the fix changed, against what the old function did
             pairs = list(zip(bound.args, saved[0])) + [
                 (v, saved[1][k]) for k, v in bound.kwargs.items() if k in saved[1]]
