@@ -107,7 +107,7 @@ def test_a_helper_waiting_to_move_ends_quietly_on_sigterm() -> None:
     try:
         assert waiting.stdout is not None
         assert "moves in 600 s" in waiting.stdout.readline()  # said once it is waiting
-        _, err = stop(waiting, timeout_s=10)
+        _, err = stop(waiting, timeout_s=60)  # a hang guard: a loaded host exits slowly
     finally:
         if waiting.poll() is None:
             waiting.kill()
