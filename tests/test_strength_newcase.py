@@ -65,6 +65,14 @@ def loaded(tmp_path: Path, mutant: Mutant, name: str) -> ModuleType:
     return module
 
 
+def first_part_mutant(tmp_path: Path, base: str, post: str, name: str) -> ModuleType:
+    """The "first part changed" new-case mutant of ``post`` (``base`` before it), imported."""
+    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
+    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
+               and m.description.endswith(WHICH[0])]
+    return loaded(tmp_path, first, name)
+
+
 def by_function(tmp_path: Path) -> dict[tuple[str, str], ModuleType]:
     """Each new-case mutant, imported, by (function, what it changes)."""
     gen = generate(tmp_path, {"pkg/mod.py": BASE}, {"pkg/mod.py": POST})
@@ -172,10 +180,7 @@ def test_a_call_the_old_function_could_not_take_is_new_api_not_a_new_case(
             "    return 'text'\n")
     post = ("def load(path, binary=False):\n    if path.endswith('.toml'):\n"
             "        return 'toml'\n    return 'bytes' if binary else 'text'\n")
-    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
-    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
-               and m.description.endswith(WHICH[0])]
-    module = loaded(tmp_path, first, "load")
+    module = first_part_mutant(tmp_path, base, post, "load")
     assert (module.load("a.txt"), module.load("a.txt", binary=True)) == ("text", "bytes")
     assert module.load("a.toml") == "tom"  # the case the old function raised on
 
@@ -189,10 +194,7 @@ def test_a_method_s_old_run_starts_from_its_instance_as_it_was(tmp_path: Path) -
             "        return 'old:' + taken\n")
     post = base.replace("        return 'old:' + taken\n", "        if param:\n"
                         "            return 'new:' + taken\n        return 'old:' + taken\n")
-    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
-    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
-               and m.description.endswith(WHICH[0])]
-    module = loaded(tmp_path, first, "reader")
+    module = first_part_mutant(tmp_path, base, post, "reader")
     reader = module.Reader(["a", "b"])
     assert reader.section(False) == "old:a" and reader.lines == ["b"]  # as before the fix
     assert reader.section(True) == "new:" and reader.lines == []  # the new case, made wrong
@@ -207,10 +209,7 @@ def test_an_instance_rebuilt_through_its_constructor_is_not_copied(tmp_path: Pat
             "    def scale(self, x):\n        if x < 0:\n            raise ValueError(x)\n"
             "        return x\n")
     post = base.replace("            raise ValueError(x)\n", "            return -x\n")
-    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
-    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
-               and m.description.endswith(WHICH[0])]
-    module = loaded(tmp_path, first, "unit")
+    module = first_part_mutant(tmp_path, base, post, "unit")
     unit = module.Unit("si")
     assert (unit.scale(2), unit.scale(-2)) == (2, 3)  # as before; the new case made wrong
     assert module.REGISTRY["si"] is unit and len(module.REGISTRY) == 1
@@ -223,10 +222,7 @@ def test_an_instance_the_fixed_method_leaves_as_it_was_is_shared(tmp_path: Path)
             "    def of(self, x):\n        SEEN.append(self)\n        if x < 0:\n"
             "            raise ValueError(x)\n        return x\n")
     post = base.replace("            raise ValueError(x)\n", "            return -x\n")
-    gen = generate(tmp_path, {"pkg/mod.py": base}, {"pkg/mod.py": post})
-    [first] = [m for m in gen.mutants if m.operator is Operator.NEW_CASE_VALUE
-               and m.description.endswith(WHICH[0])]
-    module = loaded(tmp_path, first, "scale")
+    module = first_part_mutant(tmp_path, base, post, "scale")
     scale = module.Scale()
     assert (scale.of(2), scale.of(-2)) == (2, 3)
     assert len(module.SEEN) == 4 and all(s is scale for s in module.SEEN)
