@@ -20,9 +20,8 @@ No static edit makes that shape for an arbitrary fix, so the mutant decides at r
   copied one level; no constructor runs: a class with a copy protocol of its own, as
   sympy's, rebuilds through its constructor, which may register the copy globally, so its
   instance is always shared, and a deep copy of a unit system made sympy's results differ);
-  when the two differ
-  (or the old one raised), the fixed value is handed back
-  changed (:data:`WHICH`): its first part, its last part, one part short, or the value the
+  when the two differ (or the old one raised), the fixed value is handed back changed
+  (:data:`WHICH`): its first part, its last part, one part short, or the value the
   fix returned last for another input where it returned what the old function did (a value
   of the right type and shape that the program makes, wrong for this input: the new case
   sent down the branch of an old one; as is where there is none yet). A call the old
@@ -226,6 +225,7 @@ def new_case_variants(fp: FilePatch, source: PythonSource, base: str
         return [], []  # the host cannot parse it: the other operators still can
     variants: list[Variant] = []
     notes: list[str] = []
+    wrapped = 0
     for qualname in changed:
         fixed, before = post_defs.get(qualname), base_defs.get(qualname)
         if fixed is None:
@@ -235,11 +235,12 @@ def new_case_variants(fp: FilePatch, source: PythonSource, base: str
             notes.append(f"no {Operator.NEW_CASE_VALUE} mutant of {source.path}:{qualname}: "
                          f"{why}")
             continue
-        if len({v.description.split(" ")[1] for v in variants}) >= FUNCTIONS:
+        if wrapped >= FUNCTIONS:
             notes.append(f"no {Operator.NEW_CASE_VALUE} mutant of {source.path}:{qualname}: "
                          f"past {FUNCTIONS} functions")
             continue
         assert before is not None
+        wrapped += 1
         end = fixed.node.end_lineno or fixed.node.lineno
         inside = tuple(sorted(n for n in lines if fixed.node.lineno <= n <= end))
         kinds = enumerate(WHICH) if _returns(fixed.node) else ((STATE_WHICH, STATE),)

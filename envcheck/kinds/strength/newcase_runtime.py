@@ -8,8 +8,6 @@ from __future__ import annotations
 
 __all__ = ["HELPER"]
 
-# The wrapper's run-time half, put after the module's docstring and ``__future__`` imports.
-# Names start with PREFIX so that they shadow nothing of the module's.
 HELPER = '''\
 def _envcheck_off(value):  # envcheck wrong-fix control: one value made wrong
     if isinstance(value, bool):
@@ -50,6 +48,11 @@ def _envcheck_other(key, value):  # the latest old case's value of the same type
         except Exception:
             continue
     return value
+
+
+def _envcheck_pairs(bound, copies):  # each argument given beside its copy
+    return list(zip(bound.args, copies[0])) + [
+        (v, copies[1][k]) for k, v in bound.kwargs.items() if k in copies[1]]
 
 
 def _envcheck_short_state(pairs):  # envcheck wrong-fix control: a changed argument cut short
@@ -163,9 +166,6 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
             return value
         if snapshot is not None:  # a method that changed its instance: the old one runs on
             before = _envcheck_as_it_was(before, receiver, snapshot)  # the instance as it was
-        if which == 4:  # the arguments the fix changed, against what the old function did
-            pairs = list(zip(bound.args, saved[0])) + [
-                (v, saved[1][k]) for k, v in bound.kwargs.items() if k in saved[1]]
         try:
             inspect.signature(before).bind(*saved[0], **saved[1])
         except TypeError:  # a call the function before the fix could not take: new API
@@ -180,14 +180,13 @@ def _envcheck_new_case(fixed, before, args, kwargs, which):  # envcheck wrong-fi
             old = before(*saved[0], **saved[1])
         except Exception:
             if which == 4:  # the old function raised: what the fix did to them is new
-                _envcheck_short_state(list(zip(bound.args, pristine[0])) + [
-                    (v, pristine[1][k]) for k, v in bound.kwargs.items() if k in pristine[1]])
+                _envcheck_short_state(_envcheck_pairs(bound, pristine))
                 return value
             return _envcheck_changed(value, which, key)
         finally:
             quiet[0] -= 1
-        if which == 4:
-            _envcheck_short_state(pairs)
+        if which == 4:  # the arguments the fix changed, against what the old function did
+            _envcheck_short_state(_envcheck_pairs(bound, saved))
             return value
         try:
             differs = bool(old != value)
